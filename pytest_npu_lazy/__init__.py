@@ -1,0 +1,18 @@
+"""pytest-npu-lazy: prove what importing, compiling and first calls load, in isolated interpreters.
+
+The plugin lives in :mod:`pytest_npu_lazy.plugin`; importing this package
+imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+__all__ = ["NpuLazy", "__version__"]
+
+
+def __getattr__(name: str):
+    if name == "NpuLazy":  # the fixture's type, for annotations in tests
+        from .probe import NpuLazy
+
+        return NpuLazy
+    raise AttributeError(name)

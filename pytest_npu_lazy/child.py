@@ -1,0 +1,275 @@
+"""The test child: collect one node, run pytest's own protocol, stream every report home.
+
+A forked child starts from a zygote's memory (the pytest session as it was
+before collection, plus the preload); a spawned child is a fresh pytest
+process. Both run the test through ``pytest_runtest_protocol``, so fixtures,
+capture, warnings and every other plugin's hooks behave as they do without
+isolation, and both send each report the moment it exists, so a crash
+still leaves "setup passed" and the output so far.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import sys
+import tempfile
+import warnings
+from typing import Any
+
+import pytest
+
+from . import probe
+from .errors import NpuLazyError
+from .processes import die_with_parent, kill_group
+from .protocol import Channel, ChannelClosed
+from .recorder import RECORDER
+from .settings import Baseline, TestSettings
+
+#: names of the files a child hands to the pytest process, in this order
+FILE_NAMES = ("stacks", "stdout", "stderr")
+
+
+def settings_from_payload(payload: dict) -> TestSettings:
+    base = payload["baseline"]
+    return TestSettings(isolated=True, isolation=payload["isolation"],
+                        baseline=Baseline(tuple(base["preload"]), bool(base["autoload"])),
+                        timeout=payload["timeout"], block=tuple(payload["block"]),
+                        track=tuple(payload["track"]))
+
+
+class ChildRelay:
+    """Plugin registered in the child: forwards reports and warnings as they happen."""
+
+    def __init__(self, channel: Channel, config: pytest.Config, state: probe.ProbeState) -> None:
+        self.channel = channel
+        self.config = config
+        self.state = state
+        self.collect_failures: list[pytest.CollectReport] = []
+        self.deselected: list[pytest.Item] = []
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self.state.finish()
+            report.npu_lazy = self.state.summary()  # type: ignore[attr-defined]
+        data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
+        self.channel.send("report", data=data)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.collect_failures.append(report)
+
+    def pytest_deselected(self, items) -> None:
+        """The pytest process already chose to run this test; a filter here must not undo that."""
+        self.deselected.extend(items)
+
+    def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str,
+                                nodeid: str, location: Any) -> None:
+        self.channel.send("warning", warning=serialize_warning(warning_message), when=when,
+                          nodeid=nodeid, location=location)
+
+
+def serialize_warning(message: warnings.WarningMessage) -> dict:
+    category = message.category or UserWarning
+    return {
+        "message": str(message.message),
+        "category": [(klass.__module__, klass.__name__) for klass in category.__mro__
+                     if issubclass(klass, Warning)],
+        "filename": message.filename,
+        "lineno": message.lineno,
+    }
+
+
+def _reset_signals() -> None:
+    """A child takes Ctrl-C like any Python program and ends its whole group on SIGTERM."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: kill_group(os.getpid(), signal.SIGKILL))
+    die_with_parent(signal.SIGTERM)
+
+
+def _quiet(config: pytest.Config) -> None:
+    """Nothing in the child may write to the terminal or to xdist's channel."""
+    from _pytest.terminal import TerminalWriter
+
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter._tw = TerminalWriter(open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the child
+    for plugin in list(config.pluginmanager.get_plugins()):
+        if type(plugin).__name__ == "WorkerInteractor":  # pytest-xdist's link to its controller
+            config.pluginmanager.unregister(plugin)
+    controller = config.pluginmanager.get_plugin("npu_lazy_controller")
+    if controller is not None:  # this child runs the test itself
+        config.pluginmanager.unregister(controller)
+    if hasattr(config.option, "forked"):
+        config.option.forked = False  # pytest-forked would fork this clean child again
+
+
+def _private_capture(config: pytest.Config) -> list[int]:
+    """Give the child its own capture files (the inherited ones are shared with pytest).
+
+    Their descriptors go to the pytest process, which can read what a test
+    printed even when the child dies before reporting it.
+    """
+    from _pytest.capture import FDCapture, _get_multicapture
+
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    if capman is None or capman._global_capturing is None:
+        return [-1, -1]
+    capturing = _get_multicapture(capman._method)
+    capturing.start_capturing()
+    capturing.suspend_capturing()
+    capman._global_capturing = capturing
+    return [c.tmpfile.fileno() if isinstance(c, FDCapture) else -1 for c in (capturing.out, capturing.err)]
+
+
+class TestRun:
+    """One isolated test inside the child process."""
+
+    def __init__(self, channel: Channel, config: pytest.Config, settings: TestSettings,
+                 nodeid: str, isolation: str) -> None:
+        self.channel = channel
+        self.config = config
+        self.settings = settings
+        self.nodeid = nodeid
+        self.state = probe.new_state(nodeid, isolation, settings.baseline.label, settings.baseline.preload)
+        probe.set_active_state(self.state)
+        self.relay = ChildRelay(channel, config, self.state)
+        self._stacks = tempfile.TemporaryFile()
+
+    def prepare(self) -> bool:
+        """Hand over crash files, apply blocks and tracking; False if the test cannot run."""
+        _quiet(self.config)
+        self.config.pluginmanager.register(self.relay, "npu_lazy_child_relay")
+        faulthandler.enable(self._stacks, all_threads=True)
+        faulthandler.register(signal.SIGUSR1, self._stacks, all_threads=True)
+        fds = [self._stacks.fileno(), *_private_capture(self.config)]
+        self.channel.send("files", fds=[fd for fd in fds if fd >= 0],
+                          names=[name for name, fd in zip(FILE_NAMES, fds) if fd >= 0])
+        self.state.runner_phase("collect")
+        try:
+            self.state.blocker.block(*self.settings.block)
+            for target in self.settings.track:
+                self.state.tracker.track(target)
+        except NpuLazyError as exc:
+            self.not_run(f"npu_lazy marker: {exc}", error=True)
+            return False
+        return True
+
+    def run(self, item: pytest.Item | None) -> None:
+        if item is None:
+            text = "\n\n".join(str(r.longrepr) for r in self.relay.collect_failures) or (
+                f"the isolated child collected no test named {self.nodeid!r}; a collection hook "
+                "deselected it there, or the test module defines tests differently on each import.")
+            self.not_run(text, error=True)
+            return
+        item.ihook.pytest_runtest_protocol(item=item, nextitem=None)
+
+    def not_run(self, text: str, error: bool) -> None:
+        self.channel.send("not_run", text=text, error=error)
+
+    def guarded(self, body) -> None:
+        """Run ``body``; turn Ctrl-C and pytest.exit() into messages the pytest process re-raises."""
+        from _pytest.outcomes import Exit
+
+        try:
+            body()
+        except KeyboardInterrupt as exc:
+            self.channel.send("interrupted", kind="KeyboardInterrupt", message=str(exc), returncode=None)
+        except Exit as exc:
+            self.channel.send("interrupted", kind="Exit", message=exc.msg, returncode=exc.returncode)
+        self.channel.send("finished")
+
+
+def node_argument(config: pytest.Config, nodeid: str) -> str:
+    """The rootdir-relative node id as an argument pytest resolves from any directory."""
+    path, sep, rest = nodeid.partition("::")
+    return str(config.rootpath / path) + sep + rest
+
+
+def collect_one(session: pytest.Session, relay: ChildRelay, nodeid: str) -> pytest.Item | None:
+    """Collect only ``nodeid``, rescuing it if a collection hook deselects it here."""
+    try:
+        items = session.perform_collect([node_argument(session.config, nodeid)])
+    except pytest.UsageError:
+        return None
+    return next((i for i in [*items, *relay.deselected] if i.nodeid == nodeid), None)
+
+
+def serve_child(channel: Channel, session: pytest.Session, baseline: Baseline, isolation: str) -> None:
+    """Entry point of a forked child: wait for a test, run it, report, exit."""
+    _reset_signals()
+    RECORDER.reset_after_fork()
+    try:
+        message = channel.recv()
+    except ChannelClosed:
+        return  # a spare child that was never needed
+    if message.kind != "run":
+        return
+    settings = settings_from_payload(message.payload["settings"])
+    run = TestRun(channel, session.config, settings, message.payload["nodeid"], isolation)
+
+    def body() -> None:
+        if run.prepare():
+            run.run(collect_one(session, run.relay, run.nodeid))
+
+    run.guarded(body)
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
+class SpawnedSession:
+    """Plugin of a spawned child: a whole pytest process that runs one test for its parent.
+
+    It receives the test at session start, imports the preload baseline, and
+    replaces the run-test loop with the one isolated test, ending the process
+    before session finish so it writes no cache, junit or other files.
+    """
+
+    ENV = "PYTEST_NPU_LAZY_CHILD_FD"
+
+    def __init__(self, config: pytest.Config, fd: int) -> None:
+        import socket
+
+        self.config = config
+        self.channel = Channel(socket.socket(fileno=fd))
+        self.run: TestRun | None = None
+        _reset_signals()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        import importlib
+        import traceback
+
+        message = self.channel.recv()
+        settings = settings_from_payload(message.payload["settings"])
+        RECORDER.set_phase("preload")
+        failure = None
+        for module in settings.baseline.preload:
+            try:
+                importlib.import_module(module)
+            except BaseException:
+                failure = f"importing preload module {module!r} failed:\n{traceback.format_exc()}"
+                break
+        self.run = TestRun(self.channel, self.config, settings, message.payload["nodeid"], "spawn")
+        if failure is not None:
+            self.run.not_run(f"npu_lazy: {settings.baseline.label} could not be prepared: {failure}", error=True)
+            self._exit(finished=True)
+        if not self.run.prepare():
+            self._exit(finished=True)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> bool:
+        run = self.run
+        item = next((i for i in [*session.items, *run.relay.deselected] if i.nodeid == run.nodeid), None)
+        run.guarded(lambda: run.run(item))
+        self._exit(finished=False)
+        return True  # pragma: no cover - _exit does not return
+
+    def _exit(self, finished: bool) -> None:
+        if finished:
+            self.channel.send("finished")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

@@ -1,0 +1,247 @@
+"""The pytest-process side of an isolated test: hand it to a child, relay what comes back.
+
+Reports arrive serialised by pytest itself and are logged through
+``pytest_runtest_logreport``, so the terminal, junitxml and xdist see
+ordinary reports. When the child dies, hangs or cannot start, this module
+writes the missing reports itself, so every test ends with a full set.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import warnings
+from typing import Any, Protocol
+
+import pytest
+from _pytest.reports import TestReport
+
+from .errors import MarkerError, NpuLazyError
+from .processes import kill_group
+from .protocol import Channel, ChannelClosed, describe_status
+from .settings import Resolver, TestSettings
+
+#: How long a child may take to report its exit status after its socket closed.
+EXIT_STATUS_TIMEOUT = 10.0
+#: How long a hanging child gets to write its stack dump before it is killed.
+DUMP_GRACE = 1.0
+
+
+class Child(Protocol):
+    """What the controller needs of a forked or spawned child."""
+
+    pid: int
+    channel: Channel
+
+    @property
+    def pgid(self) -> int: ...
+
+    def exit_status(self, timeout: float = ...) -> int | None: ...
+
+    def close(self) -> None: ...
+
+
+class Launcher(Protocol):
+    def child(self, item: pytest.Item, settings: TestSettings) -> Child: ...
+
+
+class IsolationController:
+    """Registered as a plugin in pytest_configure, so its hook runs before pytest-forked's."""
+
+    def __init__(self, config: pytest.Config, resolver: Resolver, launchers: dict[str, Launcher]) -> None:
+        self.config = config
+        self.resolver = resolver
+        self.launchers = launchers
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        try:
+            settings = self.resolver.for_item(item)
+        except MarkerError as exc:
+            self._log_start(item)
+            self._log_all(item, synthesized(item, "setup", str(exc), error=True))
+            self._log_finish(item)
+            return True
+        if not settings.isolated:
+            return None
+        self._log_start(item)
+        try:
+            ChildRun(self.config, item, settings, self.launchers[settings.isolation]).run()
+        finally:
+            item.session._setupstate.teardown_exact(nextitem)
+            self._log_finish(item)
+        return True
+
+    @staticmethod
+    def _log_start(item: pytest.Item) -> None:
+        item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+
+    @staticmethod
+    def _log_finish(item: pytest.Item) -> None:
+        item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+
+    @staticmethod
+    def _log_all(item: pytest.Item, reports: list[TestReport]) -> None:
+        for report in reports:
+            item.ihook.pytest_runtest_logreport(report=report)
+
+
+class ChildRun:
+    """Drives one child from 'run' to 'finished', or writes the reports it could not."""
+
+    def __init__(self, config: pytest.Config, item: pytest.Item, settings: TestSettings, launcher: Launcher) -> None:
+        self.config = config
+        self.item = item
+        self.settings = settings
+        self.launcher = launcher
+        self.phases_reported: dict[str, str] = {}
+        self.files: dict[str, int] = {}
+        self.child: Child | None = None
+
+    def run(self) -> None:
+        try:
+            self.child = self.launcher.child(self.item, self.settings)
+        except NpuLazyError as exc:
+            self._finish_with(f"npu_lazy: cannot start an isolated child: {exc}", error=True)
+            return
+        try:
+            self.child.channel.send("run", nodeid=self.item.nodeid, settings=self.settings.to_dict())
+            self._relay()
+        except BaseException:
+            kill_group(self.child.pgid, signal.SIGKILL)
+            raise
+        finally:
+            self.child.close()
+            for fd in self.files.values():
+                os.close(fd)
+
+    def _relay(self) -> None:
+        deadline = None if self.settings.timeout is None else time.monotonic() + self.settings.timeout
+        channel = self.child.channel
+        while True:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                self._timed_out()
+                return
+            try:
+                message = channel.recv(remaining)
+            except ChannelClosed:
+                self._crashed()
+                return
+            if message is None:
+                continue
+            kind, payload = message.kind, message.payload
+            if kind == "report":
+                self._log(self.config.hook.pytest_report_from_serializable(config=self.config, data=payload["data"]))
+            elif kind == "warning":
+                self._warn(payload)
+            elif kind == "files":
+                self.files = dict(zip(payload["names"], message.fds))
+            elif kind == "not_run":
+                self._finish_with(payload["text"], error=payload["error"])
+            elif kind == "interrupted":
+                self._interrupt(payload)
+            elif kind == "finished":
+                return
+
+    def _log(self, report: TestReport) -> None:
+        self.phases_reported[report.when] = report.outcome
+        self.item.ihook.pytest_runtest_logreport(report=report)
+
+    def _warn(self, payload: dict[str, Any]) -> None:
+        self.config.hook.pytest_warning_recorded.call_historic(kwargs=dict(
+            warning_message=deserialize_warning(payload["warning"]), when=payload["when"],
+            nodeid=payload["nodeid"], location=tuple(payload["location"]) if payload["location"] else None))
+
+    def _interrupt(self, payload: dict[str, Any]) -> None:
+        self.child.channel.close()
+        if payload["kind"] == "Exit":
+            pytest.exit(payload["message"], returncode=payload["returncode"])
+        raise KeyboardInterrupt(payload["message"])
+
+    def _crashed(self) -> None:
+        status = self.child.exit_status(EXIT_STATUS_TIMEOUT)
+        how = describe_status(status)
+        if status is not None and os.WIFEXITED(status):
+            text = f"CRASHED: the isolated child (pid {self.child.pid}) ended with {how} before it finished reporting"
+        else:
+            text = f"CRASHED with {how}: the isolated child (pid {self.child.pid}) died before it finished reporting"
+        self._finish_with(text, error=False)
+
+    def _timed_out(self) -> None:
+        pid = self.child.pid
+        os.kill(pid, signal.SIGUSR1)  # faulthandler in the child writes every thread's stack
+        deadline = time.monotonic() + DUMP_GRACE
+        while time.monotonic() < deadline and self._file_size("stacks") == 0:
+            time.sleep(0.01)
+        kill_group(self.child.pgid, signal.SIGKILL)
+        self.child.exit_status(EXIT_STATUS_TIMEOUT)
+        text = (f"TIMEOUT: the isolated test ran longer than {self.settings.timeout:g} s and was killed with its "
+                f"process group (pid {pid}).")
+        self._finish_with(text, error=False)
+
+    def _file_size(self, name: str) -> int:
+        fd = self.files.get(name)
+        return os.fstat(fd).st_size if fd is not None else 0
+
+    def _read_file(self, name: str) -> str:
+        fd = self.files.get(name)
+        if fd is None:
+            return ""
+        size = os.fstat(fd).st_size
+        return os.pread(fd, size, 0).decode("utf-8", "replace") if size else ""
+
+    def _finish_with(self, text: str, error: bool) -> None:
+        """Write the reports the child did not: the phase that broke, then a teardown."""
+        reported = self.phases_reported
+        if "setup" not in reported:
+            when = "setup"
+        elif reported["setup"] == "passed" and "call" not in reported:
+            when = "call"
+        else:
+            when = "teardown"
+        stacks = self._read_file("stacks")
+        if stacks:
+            text += "\n\nPython stacks of the child when it ended:\n" + stacks
+        sections = [(f"Captured {name} {when}", content) for name in ("stdout", "stderr")
+                    if (content := self._read_file(name))]
+        if "teardown" in reported:
+            # every report is in; what broke came after them, so it becomes a warning
+            self._warn_text(f"{self.item.nodeid}: {text}")
+            return
+        for report in synthesized(self.item, when, text, error=error, sections=sections):
+            self._log(report)
+
+    def _warn_text(self, text: str) -> None:
+        self.config.hook.pytest_warning_recorded.call_historic(kwargs=dict(
+            warning_message=warnings.WarningMessage(pytest.PytestWarning(text), pytest.PytestWarning, "", 0),
+            when="runtest", nodeid=self.item.nodeid, location=None))
+
+
+def synthesized(item: pytest.Item, when: str, text: str, error: bool,
+                sections: list[tuple[str, str]] | None = None) -> list[TestReport]:
+    """A failed report for ``when`` plus the teardown report pytest would have written after it."""
+    failed = TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed", text, when,
+                        sections=sections or [], user_properties=list(item.user_properties))
+    failed.npu_lazy_error = error  # type: ignore[attr-defined]
+    reports = [failed]
+    if when != "teardown":
+        reports.append(TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, "passed",
+                                  None, "teardown", user_properties=list(item.user_properties)))
+    return reports
+
+
+def deserialize_warning(data: dict[str, Any]) -> warnings.WarningMessage:
+    """Rebuild a warning without importing the module that defined its class (it may be torch)."""
+    category: type[Warning] = UserWarning
+    for module_name, class_name in data["category"]:
+        module = sys.modules.get(module_name)
+        found = getattr(module, class_name, None) if module is not None else None
+        if isinstance(found, type) and issubclass(found, Warning):
+            category = found
+            break
+    if (data["category"] and category.__name__ != data["category"][0][1]):
+        category = type(data["category"][0][1], (category,), {"__module__": data["category"][0][0]})
+    return warnings.WarningMessage(category(data["message"]), category, data["filename"], data["lineno"])

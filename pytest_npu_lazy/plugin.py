@@ -1,0 +1,153 @@
+"""pytest hooks of pytest-npu-lazy: options, markers and the fixture, wired to the modules that do the work.
+
+Importing this module must stay cheap and must never import torch, torch_npu
+or triton: the plugin exists to watch those imports.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import pytest
+
+from . import probe
+from .errors import NpuLazyError
+from .recorder import RECORDER
+from .settings import MARKER_HELP, Resolver, add_options, MarkerError
+
+_STATE_KEY = pytest.StashKey["_PluginState"]()
+
+
+class _PluginState:
+    """What this pytest process holds for the session."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.resolver = Resolver(config)
+        self.pool = None  # ZygotePool, created at session start when isolation may be needed
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Record imports before any conftest runs, so the guard can name who imported what."""
+    RECORDER.install(phase="pytest")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", MARKER_HELP)
+    RECORDER.install(phase="pytest")  # when loaded after conftests (pytester, -p in an ini file)
+    fd = os.environ.pop("PYTEST_NPU_LAZY_CHILD_FD", None)
+    if fd is not None:
+        from .child import SpawnedSession
+
+        config.pluginmanager.register(SpawnedSession(config, int(fd)), "npu_lazy_spawned_session")
+        config.stash[_STATE_KEY] = _PluginState(config)
+        return
+    state = config.stash[_STATE_KEY] = _PluginState(config)
+    if state.resolver.isolate == "off":
+        return
+    from .controller import IsolationController
+    from .spawn import SpawnLauncher
+    from .zygote import ZygotePool
+
+    state.pool = ZygotePool(session=None)
+    launchers = {"fork": state.pool, "spawn": SpawnLauncher(config)}
+    config.pluginmanager.register(IsolationController(config, state.resolver, launchers), "npu_lazy_controller")
+    config.add_cleanup(state.pool.shutdown)
+
+
+def _runs_no_tests(config: pytest.Config) -> bool:
+    """The xdist controller and --collect-only never run a test here, so need no zygote."""
+    return config.pluginmanager.has_plugin("dsession") or config.option.collectonly
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionstart(session: pytest.Session) -> Iterator[None]:
+    """Fork the root zygote after every plugin's session start, before any test module is imported."""
+    result = yield
+    state = session.config.stash.get(_STATE_KEY, None)
+    if state is not None and state.pool is not None and not _runs_no_tests(session.config):
+        state.pool.session = session
+        state.pool.start_root()
+    return result
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the zygotes the collected tests need, so their preloads overlap collection's end."""
+    state = session.config.stash.get(_STATE_KEY, None)
+    if state is None or state.pool is None or state.pool.root_pid is None:
+        return
+    baselines = []
+    for item in session.items:
+        try:
+            settings = state.resolver.for_item(item)
+        except MarkerError:
+            continue
+        if settings.isolated and settings.isolation == "fork" and settings.baseline not in baselines:
+            baselines.append(settings.baseline)
+    state.pool.warm(baselines)
+
+
+def _phase_switch(item: pytest.Item, when: str) -> None:
+    state = probe.active_state()
+    if state is not None and state.nodeid == item.nodeid:
+        state.runner_phase(when)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    _phase_switch(item, "setup")
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    _phase_switch(item, "test")
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    _phase_switch(item, "teardown")
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[pytest.TestReport]:
+    report = yield
+    if call.excinfo is not None and call.excinfo.errisinstance(NpuLazyError):
+        report.npu_lazy_error = True  # shown as ERROR: the test could not be judged
+    return report
+
+
+def pytest_report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] | None:
+    if getattr(report, "npu_lazy_error", False) and report.failed:
+        return "error", "E", "ERROR"
+    return None
+
+
+@pytest.fixture
+def npu_lazy(request: pytest.FixtureRequest) -> Iterator[probe.NpuLazy]:
+    """Deferred-loading probe: phases, compile-vs-eager, assert_(not_)loaded, ran, block."""
+    state = probe.active_state()
+    if state is not None and state.nodeid == request.node.nodeid:
+        yield probe.NpuLazy(state)
+        return
+    forked = bool(getattr(request.config.option, "forked", False)) or request.node.get_closest_marker("forked")
+    where = "a fork of the pytest process (pytest-forked)" if forked else "the pytest process (test not isolated)"
+    state = probe.new_state(request.node.nodeid, "in-process", where)
+    probe.set_active_state(state)
+    try:
+        settings = request.config.stash[_STATE_KEY].resolver.for_item(request.node)
+        state.blocker.block(*settings.block)
+        for target in settings.track:
+            state.tracker.track(target)
+        yield probe.NpuLazy(state)
+    finally:
+        state.finish()
+        probe.set_active_state(None)
+        RECORDER.set_phase("pytest")

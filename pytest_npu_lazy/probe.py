@@ -1,0 +1,413 @@
+"""The ``npu_lazy`` fixture: phases, compile-and-compare, and questions about imports.
+
+Every answer comes from the process-wide import recorder. A question about a
+module that was loaded before the test started (zygote preload, pytest
+process, an earlier test) cannot be answered honestly, so it raises
+:class:`BaselineContaminatedError` naming who loaded it, instead of
+passing or failing by accident.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from .blocking import ModuleBlocker
+from .errors import BaselineContaminatedError, ProbeUsageError
+from .modules import unknown_name_problem
+from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder, matches
+from .tracking import CallTracker
+
+#: Phases the runner sets around pytest's own protocol; tests cannot reuse them.
+RUNNER_PHASES = ("collect", "setup", "test", "teardown")
+RESERVED_PHASES = RUNNER_PHASES + BASELINE_PHASES
+
+
+@dataclass
+class PhaseSpan:
+    name: str
+    started: float
+    ended: float | None = None
+    parent: str | None = None
+    entries: int = 1
+
+    @property
+    def duration(self) -> float:
+        return (self.ended if self.ended is not None else self.started) - self.started
+
+
+@dataclass
+class ProbeState:
+    """Per-test state shared by the isolated runner and the fixture."""
+
+    recorder: ImportRecorder
+    nodeid: str
+    #: records that started before this instant belong to the baseline
+    baseline_cutoff: float
+    #: how the test was run: "fork", "spawn" or "in-process"
+    isolation: str
+    #: where the baseline came from, for error messages: "zygote preload ['torch']"
+    baseline_label: str = "the pytest process"
+    preload: tuple[str, ...] = ()
+    phases: list[PhaseSpan] = field(default_factory=list)
+    blocker: ModuleBlocker = field(default_factory=ModuleBlocker)
+    tracker: CallTracker | None = None
+
+    def __post_init__(self) -> None:
+        if self.tracker is None:
+            self.tracker = CallTracker(self.recorder)
+        self.blocker._describe_origin = lambda name: self.origin_of(name, short=True)
+
+    # -- phases -----------------------------------------------------------
+    @contextlib.contextmanager
+    def enter(self, name: str, repeatable: bool = False) -> Iterator[PhaseSpan]:
+        span = next((p for p in self.phases if p.name == name), None)
+        if span is not None and not repeatable:
+            raise ProbeUsageError(
+                f"phase {name!r} was already used in this test; phase names identify what loaded "
+                "a module, so each one may be entered once. Give the second one its own name, "
+                f"e.g. {name + '_2'!r}.")
+        previous = self.recorder.set_phase(name)
+        now = self.recorder._now()
+        if span is None:
+            span = PhaseSpan(name, now, parent=previous)
+            self.phases.append(span)
+        else:
+            span.entries += 1
+        try:
+            yield span
+        finally:
+            self.recorder.set_phase(previous)
+            span.ended = self.recorder._now()
+
+    def runner_phase(self, name: str) -> None:
+        """Switch to a runner phase (setup, test, teardown), closing the previous one."""
+        now = self.recorder._now()
+        if self.phases and self.phases[-1].ended is None and self.phases[-1].name in RUNNER_PHASES:
+            self.phases[-1].ended = now
+        self.recorder.set_phase(name)
+        self.phases.append(PhaseSpan(name, now))
+
+    def finish(self) -> None:
+        now = self.recorder._now()
+        for span in self.phases:
+            if span.ended is None:
+                span.ended = now
+        self.recorder.sweep()
+        self.blocker.restore()
+
+    def summary(self) -> dict:
+        """Plain data for reports: phases with durations and the modules first loaded in each."""
+        by_phase: dict[str, list[ImportRecord]] = {}
+        for record in self.recorder.iter_records():
+            if record.started >= self.baseline_cutoff and record.status in ("loaded", "untracked"):
+                by_phase.setdefault(record.phase, []).append(record)
+        return {
+            "isolation": self.isolation,
+            "baseline": self.baseline_label,
+            "preload": list(self.preload),
+            "blocked": list(self.blocker.blocked),
+            "phases": [
+                {"name": span.name, "parent": span.parent, "duration": span.duration,
+                 "modules": [r.name for r in by_phase.get(span.name, [])]}
+                for span in self.phases
+            ],
+        }
+
+    # -- provenance -------------------------------------------------------
+    def in_baseline(self, record: ImportRecord) -> bool:
+        return record.phase in BASELINE_PHASES or record.started < self.baseline_cutoff
+
+    def origin_of(self, name: str, short: bool = False) -> str:
+        record = self.recorder.record_of(name)
+        if record is None:
+            return ""
+        where = f" at {record.trigger}" if record.trigger else ""
+        if record.phase == "before-recording":
+            text = " before pytest-npu-lazy started recording (by the interpreter, sitecustomize or a plugin loaded earlier)"
+        elif record.phase == "pytest":
+            text = f" in the pytest process before the zygote forked{where}"
+        elif record.phase == "preload":
+            text = f" by the zygote's preload {list(self.preload)}{where}"
+        else:
+            text = f" during phase {record.phase!r}{where}"
+        if short:
+            return text
+        return text + "\n" + format_chain(self.recorder, name)
+
+
+def format_chain(recorder: ImportRecorder, name: str) -> str:
+    """The chain and the line that started it, as a person wants to read it."""
+    chain = recorder.chain(name)
+    if not chain:
+        return "  (no import record: loaded outside the import system)"
+    root = chain[-1]
+    links = [record.name for record in chain]
+    links += [f"{c.module} ({c})" for c in _distinct_modules(root.callers)]
+    lines = ["  import chain: " + " <- ".join(links)]
+    trigger = chain[0].trigger
+    if trigger is not None:
+        lines.append(f"  triggered at: {trigger}")
+        source = linecache.getline(trigger.filename, trigger.lineno).strip()
+        if source:
+            lines.append(f"      {source}")
+    if root is not chain[0] and root.trigger is not None:
+        lines.append(f"  first link {root.name!r} was imported at: {root.trigger}")
+    return "\n".join(lines)
+
+
+def _distinct_modules(callers):
+    last = None
+    for caller in callers:
+        if caller.module != last:
+            yield caller
+        last = caller.module
+
+
+class CompiledFunction:
+    """A ``torch.compile`` result whose calls are phases and whose first call is checked."""
+
+    def __init__(self, probe: "NpuLazy", fn: Callable, compiled: Callable, prefix: str,
+                 check_eager: bool, rtol: float | None, atol: float | None) -> None:
+        self.fn = fn
+        self.compiled = compiled
+        self._probe = probe
+        self._prefix = prefix
+        self._check_eager = check_eager
+        self._tolerances = {"rtol": rtol, "atol": atol} if rtol is not None or atol is not None else {}
+        self.calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        state = self._probe._state
+        first = self.calls == 0
+        if first and self._check_eager:
+            eager_args, eager_kwargs = _clone_tensors((args, kwargs))
+        phase = self._prefix + ("first_call" if first else "call")
+        with state.enter(phase, repeatable=True):
+            out = self.compiled(*args, **kwargs)
+        self.calls += 1
+        if first and self._check_eager:
+            with state.enter(self._prefix + "eager", repeatable=True):
+                expected = self.fn(*eager_args, **eager_kwargs)
+            _assert_same(out, expected, self._tolerances, phase)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.compiled, name)
+
+
+def _clone_tensors(tree):
+    import torch
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, tree)
+
+
+def _assert_same(actual, expected, tolerances: dict, phase: str) -> None:
+    __tracebackhide__ = True
+    import torch
+
+    try:
+        torch.testing.assert_close(actual, expected, **tolerances)
+    except AssertionError as exc:
+        raise AssertionError(f"npu_lazy: the compiled output of {phase!r} differs from eager:\n{exc}") from None
+
+
+class NpuLazy:
+    """The ``npu_lazy`` fixture object."""
+
+    def __init__(self, state: ProbeState) -> None:
+        self._state = state
+        self._compiles = 0
+
+    # -- phases -----------------------------------------------------------
+    def phase(self, name: str) -> contextlib.AbstractContextManager[PhaseSpan]:
+        """Attribute every module loaded inside the block to ``name``."""
+        if not isinstance(name, str) or not name.strip():
+            raise ProbeUsageError(f"phase name must be a non-empty string, got {name!r}.")
+        if name in RESERVED_PHASES:
+            raise ProbeUsageError(f"phase name {name!r} is reserved by the runner "
+                                  f"({', '.join(RESERVED_PHASES)}); choose another name.")
+        return self._state.enter(name)
+
+    @property
+    def phases(self) -> list[str]:
+        return [p.name for p in self._state.phases]
+
+    def phase_duration(self, name: str) -> float:
+        for span in self._state.phases:
+            if span.name == name:
+                return span.duration
+        raise ProbeUsageError(f"no phase {name!r} in this test; phases so far: {self.phases}.")
+
+    # -- compile ----------------------------------------------------------
+    def compile(self, fn: Callable, *, name: str | None = None, check_eager: bool = True,
+                rtol: float | None = None, atol: float | None = None,
+                **torch_compile_kwargs: Any) -> CompiledFunction:
+        """``torch.compile`` in phase ``wrap``; calls run in ``first_call`` then ``call``.
+
+        The first call is compared with eager (``torch.testing.assert_close``)
+        unless ``check_eager=False``. A second compile in one test needs its
+        own ``name``, which prefixes its phases (``name.wrap`` ...).
+        """
+        if name is None and self._compiles:
+            raise ProbeUsageError("this test already compiled a function; give the next one a name: "
+                                  "npu_lazy.compile(fn, name='second') records phases 'second.wrap', ...")
+        prefix = f"{name}." if name else ""
+        self._compiles += 1
+        import torch
+
+        with self._state.enter(prefix + "wrap"):
+            compiled = torch.compile(fn, **torch_compile_kwargs)
+        return CompiledFunction(self, fn, compiled, prefix, check_eager, rtol, atol)
+
+    # -- questions --------------------------------------------------------
+    def loaded(self, pattern: str) -> list[str]:
+        """Loaded modules matching ``pattern`` (a module and its submodules, or a glob)."""
+        self._check_patterns((pattern,), guard=True)
+        return [r.name for r in self._state.recorder.loaded(pattern)]
+
+    def assert_loaded(self, *patterns: str) -> None:
+        __tracebackhide__ = True
+        self._check_patterns(patterns, guard=False)
+        missing = [p for p in patterns if not self._state.recorder.loaded(p)]
+        if missing:
+            raise AssertionError(
+                f"npu_lazy: expected loaded, but not loaded (phase {self._state.recorder.phase!r}): "
+                + ", ".join(missing))
+
+    def assert_not_loaded(self, *patterns: str) -> None:
+        """Fail naming the phase, the import chain and the line that loaded each one."""
+        __tracebackhide__ = True
+        self._check_patterns(patterns, guard=True)
+        problems = []
+        for pattern in patterns:
+            records = self._state.recorder.loaded(pattern)
+            if not records:
+                continue
+            first = records[0]
+            more = f"\n  with {len(records) - 1} more module(s) under {pattern!r}" if len(records) > 1 else ""
+            problems.append(
+                f"{first.name!r} must not be loaded yet, but it was loaded during phase {first.phase!r}\n"
+                + format_chain(self._state.recorder, first.name) + more)
+        if problems:
+            raise AssertionError("npu_lazy: " + "\n\nnpu_lazy: ".join(problems))
+
+    def first_loaded(self, module: str) -> str | None:
+        """The phase in which ``module`` first loaded, or None if it is not loaded."""
+        self._check_patterns((module,), guard=True)
+        record = self._state.recorder.record_of(module)
+        return record.phase if record is not None and record.status in ("loaded", "untracked") else None
+
+    def import_chain(self, module: str) -> list[str]:
+        """``[module, its importer, ..., the code that started it]``; empty if not loaded."""
+        self._check_patterns((module,), guard=False)
+        chain = self._state.recorder.chain(module)
+        links = [r.name for r in chain]
+        if chain:
+            links += [c.module for c in _distinct_modules(chain[-1].callers) if c.module != links[-1]]
+        return links
+
+    def explain(self, module: str) -> str:
+        """Where ``module`` came from, as the failure messages say it."""
+        record = self._state.recorder.record_of(module)
+        if record is None:
+            return f"{module!r} is not loaded"
+        return f"{module!r} was loaded" + self._state.origin_of(module)
+
+    def modules(self, phase: str) -> list[str]:
+        """Modules first loaded in ``phase``."""
+        return sorted(r.name for r in self._state.recorder.in_phase(phase)
+                      if r.status in ("loaded", "untracked"))
+
+    # -- functions ----------------------------------------------------------
+    def ran(self, target: str) -> bool:
+        """Whether ``"pkg.mod:function"`` ran, without importing ``pkg.mod``."""
+        return self._state.tracker.ran(target)
+
+    def track(self, *targets: str) -> None:
+        """Start counting calls before the function's module loads."""
+        for target in targets:
+            self._state.tracker.track(target)
+
+    def block(self, *modules: str) -> None:
+        """Make modules (and their submodules) look absent for the rest of the test."""
+        self._state.blocker.block(*modules)
+
+    # -- environment ----------------------------------------------------------
+    @property
+    def device(self) -> str:
+        """"npu" with a usable NPU, else "cuda" if available, else "cpu"."""
+        import torch
+
+        if "torch_npu" in sys.modules and torch.npu.is_available():
+            return "npu"
+        if torch.cuda.is_available():
+            return "cuda"
+        return "cpu"
+
+    @property
+    def isolation(self) -> str:
+        return self._state.isolation
+
+    # -- checks -------------------------------------------------------------
+    def _check_patterns(self, patterns, guard: bool) -> None:
+        __tracebackhide__ = True
+        if not patterns:
+            raise ProbeUsageError("name at least one module, e.g. npu_lazy.assert_not_loaded('torch._dynamo').")
+        for pattern in patterns:
+            if not isinstance(pattern, str) or not pattern:
+                raise ProbeUsageError(f"a module pattern must be a non-empty string, got {pattern!r}.")
+            problem = unknown_name_problem(pattern)
+            if problem:
+                raise ProbeUsageError(f"pattern {pattern!r} matches no module: {problem}")
+            if guard:
+                self._guard(pattern)
+
+    def _guard(self, pattern: str) -> None:
+        state = self._state
+        for record in state.recorder.loaded(pattern):
+            if state.in_baseline(record):
+                raise BaselineContaminatedError(_contamination_message(state, pattern, record))
+
+
+def _contamination_message(state: ProbeState, pattern: str, record: ImportRecord) -> str:
+    if record.phase == "preload":
+        fix = (f"remove it (or the module that imports it) from the preload baseline: "
+               f"@pytest.mark.npu_lazy(preload=[...]) or ini npu_lazy_preload (now {list(state.preload)}).")
+    elif record.phase == "pytest" and state.isolation == "in-process":
+        fix = ("run the test isolated with @pytest.mark.npu_lazy, so it starts from a zygote forked "
+               "before test modules are imported, or move that import into a test or fixture.")
+    elif record.phase in ("pytest", "before-recording"):
+        fix = ("keep that import out of conftest.py files and plugins loaded at start-up (import it "
+               "inside a fixture or test), so the zygote forks before it happens.")
+    else:
+        fix = "run the test isolated with @pytest.mark.npu_lazy so it starts from a clean baseline."
+    return (f"npu_lazy guard: {pattern!r} cannot be checked: {record.name!r} was already loaded "
+            f"before this test started,{state.origin_of(record.name)}\n"
+            f"The test started from {state.baseline_label}; a module that is already loaded "
+            f"can prove nothing about deferred loading. Fix: {fix}")
+
+
+def new_state(nodeid: str, isolation: str, baseline_label: str, preload=(), recorder: ImportRecorder = RECORDER) -> ProbeState:
+    """State for a test starting now: everything loaded so far is its baseline."""
+    if not recorder.installed:
+        recorder.install()
+    recorder.sweep()
+    return ProbeState(recorder=recorder, nodeid=nodeid, baseline_cutoff=recorder._now(),
+                      isolation=isolation, baseline_label=baseline_label, preload=tuple(preload))
+
+
+_ACTIVE: ProbeState | None = None
+
+
+def active_state() -> ProbeState | None:
+    return _ACTIVE
+
+
+def set_active_state(state: ProbeState | None) -> None:
+    global _ACTIVE
+    _ACTIVE = state

@@ -1,0 +1,106 @@
+"""Process plumbing shared by zygotes and the pytest process: reaping and killing.
+
+Every test child leads its own process group, so killing the group also
+ends what the test started (Inductor compile workers, subprocesses).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import signal
+import sys
+from typing import Iterator
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send ``sig`` when the parent process exits (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except OSError:  # pragma: no cover - libc without prctl
+        pass
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    """Signal a process group, ignoring one that is already gone."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+class ChildWatcher:
+    """Reaps children of this process and says how each one ended.
+
+    With pidfds (Linux 5.3+) an exit wakes ``select`` at once; elsewhere
+    callers poll with a short timeout.
+    """
+
+    def __init__(self) -> None:
+        self._pidfds: dict[int, int] = {}  # pid -> pidfd, or -1 without pidfd support
+        self.exited: dict[int, int] = {}  # pid -> wait status, not yet taken
+
+    def add(self, pid: int) -> None:
+        try:
+            self._pidfds[pid] = os.pidfd_open(pid)  # type: ignore[attr-defined]
+        except (AttributeError, OSError):
+            self._pidfds[pid] = -1
+
+    @property
+    def pids(self) -> list[int]:
+        return list(self._pidfds)
+
+    def fds(self) -> list[int]:
+        return [fd for fd in self._pidfds.values() if fd >= 0]
+
+    @property
+    def needs_polling(self) -> bool:
+        return any(fd < 0 for fd in self._pidfds.values())
+
+    def reap(self) -> Iterator[tuple[int, int]]:
+        for pid, pidfd in list(self._pidfds.items()):
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done, status = pid, 0
+            if done:
+                if pidfd >= 0:
+                    os.close(pidfd)
+                del self._pidfds[pid]
+                yield pid, status
+
+    def kill_all(self, sig: int = signal.SIGKILL, groups: bool = True) -> None:
+        for pid in self.pids:
+            if groups:
+                kill_group(pid, sig)
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def wait_all(self) -> list[tuple[int, int]]:
+        ended = []
+        for pid in self.pids:
+            try:
+                _, status = os.waitpid(pid, 0)
+            except ChildProcessError:
+                status = 0
+            pidfd = self._pidfds.pop(pid)
+            if pidfd >= 0:
+                os.close(pidfd)
+            ended.append((pid, status))
+        return ended

@@ -1,0 +1,143 @@
+"""Messages between the pytest process, zygotes and test children.
+
+Each message is a named event with a JSON payload, framed by a 4-byte length
+on a Unix stream socket. File descriptors (a new child's socket, a child's
+capture files) travel alongside as SCM_RIGHTS ancillary data; a message says
+how many it carries and the receiver takes them in order.
+
+Names, by direction:
+
+pytest -> root zygote   ``start_zygote`` {key, baseline}
+root zygote -> pytest   ``zygote_started`` {key, pid} +1 fd, ``zygote_exited`` {pid, status}
+pytest -> zygote        ``fork_child`` {}
+zygote -> pytest        ``ready`` {pid, error, warnings}, ``child_forked`` {pid} +1 fd,
+                        ``fork_refused`` {reason}, ``child_exited`` {pid, status}
+pytest -> child         ``run`` {nodeid, settings}
+child -> pytest         ``files`` {names} +n fds, ``report`` {data}, ``warning`` {...},
+                        ``interrupted`` {kind, message, returncode}, ``finished`` {}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import time
+from collections import deque
+from typing import Any, NamedTuple
+
+_HEADER = struct.Struct("!II")  # payload length, number of fds
+_MAX_FDS = 16
+
+
+class Message(NamedTuple):
+    kind: str
+    payload: dict[str, Any]
+    fds: list[int]
+
+
+class ChannelClosed(EOFError):
+    """The other end closed its socket: it exited, crashed or was killed."""
+
+
+class Channel:
+    """One end of a socketpair carrying framed messages and file descriptors."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._buffer = bytearray()
+        self._fds: deque[int] = deque()
+        self._pending: deque[Message] = deque()
+
+    @classmethod
+    def pair(cls) -> tuple["Channel", "Channel"]:
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        return cls(a), cls(b)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send(self, kind: str, fds: list[int] | tuple[int, ...] = (), **payload: Any) -> None:
+        body = json.dumps({"kind": kind, **payload}, default=str).encode()
+        frame = _HEADER.pack(len(body), len(fds)) + body
+        if fds:
+            socket.send_fds(self.sock, [frame[:1]], list(fds))
+            self.sock.sendall(frame[1:])
+        else:
+            self.sock.sendall(frame)
+
+    def recv(self, timeout: float | None = None) -> Message | None:
+        """The next message; None when ``timeout`` passes first; ChannelClosed on EOF."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._pending:
+            if self._parse():
+                continue
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if remaining is not None and not _wait_readable(self.sock, remaining):
+                return None
+            try:
+                data, fds, _, _ = socket.recv_fds(self.sock, 1 << 16, _MAX_FDS)
+            except (ConnectionResetError, OSError) as exc:
+                raise ChannelClosed(str(exc)) from None
+            if not data:
+                raise ChannelClosed("connection closed")
+            self._buffer += data
+            self._fds.extend(fds)
+        return self._pending.popleft()
+
+    def _parse(self) -> bool:
+        if len(self._buffer) < _HEADER.size:
+            return False
+        length, nfds = _HEADER.unpack_from(self._buffer)
+        if len(self._buffer) < _HEADER.size + length or len(self._fds) < nfds:
+            return False
+        body = bytes(self._buffer[_HEADER.size:_HEADER.size + length])
+        del self._buffer[:_HEADER.size + length]
+        payload = json.loads(body)
+        kind = payload.pop("kind")
+        fds = [self._fds.popleft() for _ in range(nfds)]
+        self._pending.append(Message(kind, payload, fds))
+        return True
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        while self._fds:
+            _close_fd(self._fds.popleft())
+
+
+def _wait_readable(sock: socket.socket, timeout: float) -> bool:
+    while True:
+        try:
+            readable, _, _ = select.select([sock], [], [], timeout)
+            return bool(readable)
+        except InterruptedError:  # pragma: no cover - PEP 475 retries for us
+            continue
+
+
+def _close_fd(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def describe_status(status: int | None) -> str:
+    """'signal 11 (SIGSEGV)' or 'exit status 3', as a crash report says it."""
+    if status is None:
+        return "an unknown status (its zygote could not report it)"
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = "unknown signal"
+        return f"signal {number} ({name})"
+    if os.WIFEXITED(status):
+        return f"exit status {os.WEXITSTATUS(status)}"
+    return f"wait status {status}"

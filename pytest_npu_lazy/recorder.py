@@ -1,0 +1,303 @@
+"""Import recorder: which module loaded, in which phase, why, and how long it took.
+
+It wraps ``importlib._bootstrap._find_and_load``. CPython's ``import``
+statement looks that function up on the importlib module at every load, and
+``importlib.import_module`` calls it through the same module globals, so the
+wrapper sees every first load, whatever ``sys.meta_path`` finder answers it
+(torch_npu puts its own finder at index 0). An ``"import"`` audit hook would
+miss ``importlib.import_module`` on Python 3.11, which is exactly how
+torch_npu loads ``torch_npu._inductor``.
+
+Modules that appear in ``sys.modules`` without passing through the import
+system (``module_from_spec`` + ``exec_module``) are picked up by a
+``sys.modules`` diff at every phase change, marked ``untracked``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib._bootstrap as _bootstrap
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+#: Phases of the pytest process and of the zygote: what a test starts from.
+BASELINE_PHASES = ("before-recording", "pytest", "preload")
+
+_MACHINERY_FILES = (
+    "<frozen importlib._bootstrap>",
+    "<frozen importlib._bootstrap_external>",
+    os.path.join("importlib", "__init__.py"),
+    os.path.join("importlib", "_bootstrap.py"),
+    os.path.join("importlib", "_bootstrap_external.py"),
+    os.path.join("importlib", "util.py"),
+)
+_HARNESS_DIRS = (
+    os.sep + "_pytest" + os.sep,
+    os.sep + "pluggy" + os.sep,
+)
+_MAX_CALLERS = 12
+
+
+@dataclass(frozen=True)
+class CodeLocation:
+    """A frame reduced to what a person needs to find the line."""
+
+    filename: str
+    lineno: int
+    function: str
+    module: str
+
+    def __str__(self) -> str:
+        return f"{_short_path(self.filename)}:{self.lineno} in {self.function}"
+
+    def to_dict(self) -> dict:
+        return {"filename": self.filename, "lineno": self.lineno,
+                "function": self.function, "module": self.module}
+
+
+@dataclass
+class ImportRecord:
+    """One attempt to load a module that was not in ``sys.modules``."""
+
+    name: str
+    phase: str
+    started: float
+    duration: float = 0.0
+    #: the module whose loading was in progress on this thread (the importer)
+    parent: str | None = None
+    #: first frame outside the import machinery: the line that asked for it
+    trigger: CodeLocation | None = None
+    #: for loads that no other load caused: the code frames that led to it
+    callers: tuple[CodeLocation, ...] = ()
+    status: str = "loading"  # loaded | failed | blocked | untracked | loading
+    error: str | None = None
+    children: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "phase": self.phase,
+            "started": self.started,
+            "duration": self.duration,
+            "parent": self.parent,
+            "trigger": self.trigger.to_dict() if self.trigger else None,
+            "callers": [c.to_dict() for c in self.callers],
+            "status": self.status,
+            "error": self.error,
+        }
+
+
+def _short_path(filename: str) -> str:
+    """Show site-packages paths from the package down, as people read them."""
+    marker = os.sep + "site-packages" + os.sep
+    if marker in filename:
+        return filename.split(marker, 1)[1]
+    try:
+        rel = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    return filename if rel.startswith(".." + os.sep + "..") else rel
+
+
+def _is_machinery(filename: str) -> bool:
+    return filename.endswith(_MACHINERY_FILES) or filename in _MACHINERY_FILES
+
+
+def _is_harness(filename: str) -> bool:
+    return any(part in filename for part in _HARNESS_DIRS)
+
+
+def _location(frame) -> CodeLocation:
+    code = frame.f_code
+    return CodeLocation(
+        filename=code.co_filename,
+        lineno=frame.f_lineno,
+        function=getattr(code, "co_qualname", code.co_name),
+        module=frame.f_globals.get("__name__", "?"),
+    )
+
+
+def matches(name: str, pattern: str) -> bool:
+    """A pattern names a module and its submodules; globs are allowed."""
+    if any(ch in pattern for ch in "*?["):
+        return fnmatch.fnmatchcase(name, pattern)
+    return name == pattern or name.startswith(pattern + ".")
+
+
+class ImportRecorder:
+    """Records first loads per phase; one instance per process, inherited by forks."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, ImportRecord] = {}
+        self.attempts: list[ImportRecord] = []
+        self.phase = "before-recording"
+        self._epoch = time.perf_counter()
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._known: set[str] = set()
+        self._load_hooks: dict[str, list[Callable[[str], None]]] = {}
+        self._original: Callable | None = None
+
+    # -- installation -----------------------------------------------------
+    @property
+    def installed(self) -> bool:
+        return self._original is not None
+
+    def install(self, phase: str = "pytest") -> None:
+        """Start recording; modules already loaded count as 'before-recording'."""
+        if self.installed:
+            return
+        for name, module in list(sys.modules.items()):
+            if module is not None and name not in self.records:
+                self.records[name] = ImportRecord(name, "before-recording", 0.0, status="loaded")
+        self._known = set(sys.modules)
+        self.phase = phase
+        self._original = _bootstrap._find_and_load
+        _bootstrap._find_and_load = self._find_and_load
+
+    def uninstall(self) -> None:
+        if self._original is not None:
+            _bootstrap._find_and_load = self._original
+            self._original = None
+
+    def reset_after_fork(self) -> None:
+        """Locks and thread-local stacks of other threads mean nothing in a fork."""
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    # -- phases -----------------------------------------------------------
+    def set_phase(self, phase: str) -> str:
+        """Switch phase; returns the previous one so callers can restore it."""
+        self.sweep()
+        previous, self.phase = self.phase, phase
+        return previous
+
+    def sweep(self) -> None:
+        """Attribute modules that bypassed the import system to the phase now ending."""
+        current = set(sys.modules)
+        for name in current - self._known:
+            if name not in self.records and sys.modules.get(name) is not None:
+                self.records[name] = ImportRecord(
+                    name, self.phase, self._now(), status="untracked")
+        self._known = current
+
+    # -- load hooks ---------------------------------------------------------
+    def on_load(self, module: str, callback: Callable[[str], None]) -> None:
+        """Call ``callback(module)`` right after ``module`` finishes loading."""
+        self._load_hooks.setdefault(module, []).append(callback)
+
+    # -- queries ------------------------------------------------------------
+    def loaded(self, pattern: str) -> list[ImportRecord]:
+        """Records of modules matching ``pattern`` that are in sys.modules now."""
+        self.sweep()
+        found = []
+        for name, module in list(sys.modules.items()):
+            if module is not None and matches(name, pattern):
+                found.append(self.records.get(name) or ImportRecord(
+                    name, self.phase, self._now(), status="untracked"))
+        return sorted(found, key=lambda r: (r.started, r.name))
+
+    def record_of(self, name: str) -> ImportRecord | None:
+        record = self.records.get(name)
+        if record is None and sys.modules.get(name) is not None:
+            self.sweep()
+            record = self.records.get(name)
+        return record
+
+    def chain(self, name: str) -> list[ImportRecord]:
+        """The record of ``name``, then of each importer up to the first one."""
+        chain: list[ImportRecord] = []
+        seen: set[str] = set()
+        record = self.record_of(name)
+        while record is not None and record.name not in seen:
+            chain.append(record)
+            seen.add(record.name)
+            record = self.records.get(record.parent) if record.parent else None
+        return chain
+
+    def in_phase(self, phase: str) -> list[ImportRecord]:
+        return [r for r in self.records.values() if r.phase == phase]
+
+    def iter_records(self) -> Iterator[ImportRecord]:
+        return iter(sorted(self.records.values(), key=lambda r: r.started))
+
+    # -- the wrapper ----------------------------------------------------------
+    def _now(self) -> float:
+        return time.perf_counter() - self._epoch
+
+    def _stack(self) -> list[str]:
+        try:
+            return self._local.stack
+        except AttributeError:
+            self._local.stack = stack = []
+            return stack
+
+    def _find_and_load(self, name: str, import_):
+        original = self._original
+        existing = sys.modules.get(name, _MISSING)
+        if existing is not _MISSING and existing is not None:
+            return original(name, import_)
+        stack = self._stack()
+        record = ImportRecord(name, self.phase, self._now(),
+                              parent=stack[-1] if stack else None)
+        self._locate(record, sys._getframe(1), root=not stack)
+        if existing is None:
+            record.status = "blocked"
+            self.attempts.append(record)
+            return original(name, import_)
+        if name not in self.records:
+            self.records[name] = record
+        self.attempts.append(record)
+        if stack:
+            parent = self.records.get(stack[-1])
+            if parent is not None:
+                parent.children.append(name)
+        stack.append(name)
+        started = time.perf_counter()
+        try:
+            module = original(name, import_)
+        except BaseException as exc:
+            record.status = "failed"
+            record.error = f"{type(exc).__name__}: {exc}"
+            if self.records.get(name) is record:
+                del self.records[name]
+            raise
+        finally:
+            record.duration = time.perf_counter() - started
+            stack.pop()
+        record.status = "loaded"
+        self._known.add(name)
+        hooks = self._load_hooks.pop(name, None)
+        if hooks:
+            for hook in hooks:
+                hook(name)
+        return module
+
+    def _locate(self, record: ImportRecord, frame, root: bool) -> None:
+        while frame is not None and _is_machinery(frame.f_code.co_filename):
+            frame = frame.f_back
+        if frame is None:
+            return
+        record.trigger = _location(frame)
+        if not root:
+            return
+        callers = []
+        while frame is not None and len(callers) < _MAX_CALLERS:
+            filename = frame.f_code.co_filename
+            if _is_harness(filename):
+                break
+            if not _is_machinery(filename):
+                callers.append(_location(frame))
+            frame = frame.f_back
+        record.callers = tuple(callers)
+
+
+_MISSING = object()
+
+#: The process-wide recorder: installed by the plugin before conftests load,
+#: inherited by every zygote and child through fork.
+RECORDER = ImportRecorder()

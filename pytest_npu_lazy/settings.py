@@ -1,0 +1,212 @@
+"""The one place that turns command line, ini, environment and markers into a test's settings.
+
+Precedence, highest first: the closest ``npu_lazy`` marker, the command
+line, the environment, the ini file, the default. pytest-timeout's
+``timeout`` marker is honoured when the ``npu_lazy`` marker sets none.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from .errors import MarkerError
+
+ISOLATE_CHOICES = ("marked", "all", "off")
+ISOLATION_MODES = ("fork", "spawn")
+MARKER_OPTIONS = ("preload", "isolation", "autoload", "timeout", "block", "track")
+
+INI = {
+    # name: (help, type, default)
+    "npu_lazy_isolate": ("which tests run isolated: marked (default), all or off", "string", "marked"),
+    "npu_lazy_isolation": ("how isolated tests run: fork (from a zygote, default) or spawn", "string", "fork"),
+    "npu_lazy_preload": ("modules every zygote imports before forking tests (default: torch)", "linelist", ["torch"]),
+    "npu_lazy_autoload": ("let torch auto-load device backends (TORCH_DEVICE_BACKEND_AUTOLOAD) in zygotes",
+                          "bool", False),
+    "npu_lazy_timeout": ("seconds an isolated test may run before it is killed (0: no limit)", "string", "0"),
+}
+ENV = {
+    "isolate": "PYTEST_NPU_LAZY_ISOLATE",
+    "isolation": "PYTEST_NPU_LAZY_ISOLATION",
+    "timeout": "PYTEST_NPU_LAZY_TIMEOUT",
+}
+
+MARKER_HELP = (
+    "npu_lazy(preload=[...], isolation='fork'|'spawn', autoload=False, timeout=None, block=[...], "
+    "track=[...]): run this test in a clean interpreter forked from a zygote that imported only "
+    "`preload`; `block` makes modules look absent; `track` counts calls of 'pkg.mod:function'."
+)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What a zygote imports before it forks tests; one zygote per distinct baseline."""
+
+    preload: tuple[str, ...]
+    autoload: bool
+
+    @property
+    def label(self) -> str:
+        return f"a zygote with preload {list(self.preload)}, device-backend autoload {'on' if self.autoload else 'off'}"
+
+    def to_dict(self) -> dict:
+        return {"preload": list(self.preload), "autoload": self.autoload}
+
+
+@dataclass(frozen=True)
+class TestSettings:
+    isolated: bool
+    isolation: str
+    baseline: Baseline
+    timeout: float | None
+    block: tuple[str, ...] = ()
+    track: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"isolation": self.isolation, "baseline": self.baseline.to_dict(), "timeout": self.timeout,
+                "block": list(self.block), "track": list(self.track)}
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("npu_lazy", "deferred-loading checks (pytest-npu-lazy)")
+    group.addoption("--npu-lazy-isolate", choices=ISOLATE_CHOICES, default=None,
+                    help="which tests run isolated: marked (default), all, or off (run in-process, e.g. for --pdb)")
+    group.addoption("--npu-lazy-isolation", choices=ISOLATION_MODES, default=None,
+                    help="default isolation mode: fork (zygote, default) or spawn (fresh interpreter per test)")
+    group.addoption("--npu-lazy-preload", default=None, metavar="MODULES",
+                    help="comma-separated modules the zygote imports (overrides ini npu_lazy_preload; '' for none)")
+    group.addoption("--npu-lazy-timeout", type=float, default=None, metavar="SECONDS",
+                    help="kill an isolated test after this many seconds (0: no limit)")
+    for name, (help_text, kind, default) in INI.items():
+        parser.addini(name, help_text, type=kind, default=default)
+
+
+class Resolver:
+    """Resolves settings; the session-wide part once, the marker part per test."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.isolate = self._choice("isolate", ISOLATE_CHOICES)
+        self.isolation = self._choice("isolation", ISOLATION_MODES)
+        cli_preload = config.getoption("npu_lazy_preload")
+        if cli_preload is not None:
+            preload = tuple(m.strip() for m in cli_preload.split(",") if m.strip())
+        else:
+            preload = tuple(config.getini("npu_lazy_preload"))
+        _check_module_names("npu_lazy_preload", preload)
+        self.default_baseline = Baseline(preload, bool(config.getini("npu_lazy_autoload")))
+        self.timeout = self._timeout()
+
+    def _choice(self, key: str, choices: tuple[str, ...]) -> str:
+        value = self.config.getoption(f"npu_lazy_{key}") or os.environ.get(ENV[key]) or self.config.getini(f"npu_lazy_{key}")
+        if value not in choices:
+            source = ENV[key] if os.environ.get(ENV[key]) == value else f"ini npu_lazy_{key}"
+            raise pytest.UsageError(f"{source} = {value!r} is not valid; choose one of {', '.join(choices)}.")
+        return value
+
+    def _timeout(self) -> float | None:
+        value = self.config.getoption("npu_lazy_timeout")
+        source = "--npu-lazy-timeout"
+        if value is None:
+            source = ENV["timeout"] if os.environ.get(ENV["timeout"]) else "ini npu_lazy_timeout"
+            value = os.environ.get(ENV["timeout"]) or self.config.getini("npu_lazy_timeout")
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            raise pytest.UsageError(f"{source} = {value!r} is not a number of seconds; use e.g. 120, or 0 for no limit.")
+        if seconds < 0:
+            raise pytest.UsageError(f"{source} = {value!r} is negative; use a positive number of seconds, or 0 for no limit.")
+        return seconds or None
+
+    def for_item(self, item: pytest.Item) -> TestSettings:
+        """Raise MarkerError when the marker is misused."""
+        options = marker_options(item)
+        isolated = self.isolate == "all" or (self.isolate == "marked" and item.get_closest_marker("npu_lazy") is not None)
+        preload = options.get("preload", self.default_baseline.preload)
+        baseline = Baseline(tuple(preload), options.get("autoload", self.default_baseline.autoload))
+        timeout = options["timeout"] if "timeout" in options else _timeout_marker(item, self.timeout)
+        block = tuple(options.get("block", ()))
+        clash = sorted(m for m in block if any(m == p or m.startswith(p + ".") or p.startswith(m + ".") for p in preload))
+        if clash:
+            raise MarkerError(
+                f"npu_lazy marker: block={list(block)} conflicts with preload={list(preload)}: {clash[0]!r} "
+                "would be loaded by the preload before it could be blocked. Remove it from one of them "
+                "(e.g. preload=[] and import what you need inside the test).")
+        return TestSettings(
+            isolated=isolated,
+            isolation=options.get("isolation", self.isolation),
+            baseline=baseline,
+            timeout=timeout,
+            block=block,
+            track=tuple(options.get("track", ())),
+        )
+
+
+def marker_options(item: pytest.Item) -> dict[str, Any]:
+    """Merged keyword options of all ``npu_lazy`` markers, closest first."""
+    merged: dict[str, Any] = {}
+    for marker in item.iter_markers("npu_lazy"):
+        if marker.args:
+            raise MarkerError(
+                f"npu_lazy marker takes keyword options only, got positional {marker.args!r}; "
+                f"write e.g. @pytest.mark.npu_lazy(preload={list(marker.args)!r}).")
+        for key, value in marker.kwargs.items():
+            if key not in MARKER_OPTIONS:
+                close = difflib.get_close_matches(key, MARKER_OPTIONS, n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise MarkerError(f"npu_lazy marker: unknown option {key!r}.{hint} "
+                                  f"Valid options: {', '.join(MARKER_OPTIONS)}.")
+            merged.setdefault(key, _validated(key, value))
+    return merged
+
+
+def _validated(key: str, value: Any) -> Any:
+    if key in ("preload", "block", "track"):
+        if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            example = {"preload": "['torch']", "block": "['triton']",
+                       "track": "['torch_npu.utils._dynamo:_lazy_dynamo_setup']"}[key]
+            raise MarkerError(f"npu_lazy marker: {key} must be a list of strings, got "
+                              f"{type(value).__name__} {value!r}; write {key}={example}.")
+        if key in ("preload", "block"):
+            _check_module_names(f"npu_lazy marker {key}", value, MarkerError)
+        else:
+            bad = [t for t in value if ":" not in t]
+            if bad:
+                raise MarkerError(f"npu_lazy marker: track entries name functions as 'pkg.mod:function', "
+                                  f"got {bad[0]!r}.")
+        return tuple(value)
+    if key == "isolation":
+        if value not in ISOLATION_MODES:
+            raise MarkerError(f"npu_lazy marker: isolation={value!r} is not a mode; choose 'fork' or 'spawn'.")
+        return value
+    if key == "autoload":
+        if not isinstance(value, bool):
+            raise MarkerError(f"npu_lazy marker: autoload must be True or False, got {value!r}.")
+        return value
+    if key == "timeout":
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise MarkerError(f"npu_lazy marker: timeout must be a positive number of seconds or None, got {value!r}.")
+        return float(value) if value is not None else None
+    raise AssertionError(key)  # pragma: no cover - MARKER_OPTIONS and this function list the same keys
+
+
+def _check_module_names(source: str, names, error=pytest.UsageError) -> None:
+    for name in names:
+        if not name or not all(part.isidentifier() for part in name.split(".")):
+            raise error(f"{source}: {name!r} is not a module name; use dotted names such as 'torch' or 'torch_npu'.")
+
+
+def _timeout_marker(item: pytest.Item, default: float | None) -> float | None:
+    """pytest-timeout's marker, when that plugin is installed and the test has one."""
+    marker = item.get_closest_marker("timeout")
+    if marker is None or not item.config.pluginmanager.hasplugin("timeout"):
+        return default
+    value = marker.kwargs.get("timeout", marker.args[0] if marker.args else None)
+    try:
+        return float(value) or None
+    except (TypeError, ValueError):
+        return default

@@ -1,0 +1,83 @@
+"""Spawn isolation: a fresh ``python -m pytest`` per test, for exact cold-process semantics.
+
+Slow (an interpreter, pytest and the preload per test) but needs no fork
+and starts from nothing at all. The child speaks the same protocol as a
+forked one over a socket it inherits.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+from .child import SpawnedSession, node_argument
+from .processes import kill_group
+from .protocol import Channel
+from .settings import TestSettings
+
+
+@dataclass
+class SpawnedChild:
+    process: subprocess.Popen
+    channel: Channel
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def pgid(self) -> int:
+        return self.process.pid  # start_new_session makes it a group leader
+
+    def exit_status(self, timeout: float = 10.0) -> int | None:
+        """The wait status, encoded as os.waitpid would give it."""
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        return -code if code < 0 else code << 8
+
+    def close(self) -> None:
+        self.channel.close()
+        if self.process.poll() is None:
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                kill_group(self.pgid, signal.SIGKILL)
+                self.process.wait()
+
+
+class SpawnLauncher:
+    def __init__(self, config: pytest.Config, extra_env: dict[str, str] | None = None) -> None:
+        self.config = config
+        self.extra_env = extra_env or {}
+
+    def child(self, item: pytest.Item, settings: TestSettings) -> SpawnedChild:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = dict(os.environ, **self.extra_env)
+        env[SpawnedSession.ENV] = str(theirs.fileno())
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "1" if settings.baseline.autoload else "0"
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "pytest", *child_arguments(self.config, item)],
+                cwd=self.config.invocation_params.dir, env=env, pass_fds=[theirs.fileno()],
+                start_new_session=True)
+        finally:
+            theirs.close()
+        return SpawnedChild(process, Channel(ours))
+
+
+def child_arguments(config: pytest.Config, item: pytest.Item) -> list[str]:
+    """The user's own command line, aimed at one test, without distribution or forking."""
+    positional = set(config.args)
+    args = [a for a in config.invocation_params.args if a not in positional]
+    args.append(node_argument(config, item.nodeid))
+    if config.pluginmanager.hasplugin("xdist"):
+        args += ["-n", "0"]
+    return args
