@@ -176,9 +176,9 @@ class TestRun:
         try:
             body()
         except KeyboardInterrupt as exc:
-            self.channel.send("interrupted", kind="KeyboardInterrupt", message=str(exc), returncode=None)
+            self.channel.send("interrupted", exception="KeyboardInterrupt", message=str(exc), returncode=None)
         except Exit as exc:
-            self.channel.send("interrupted", kind="Exit", message=exc.msg, returncode=exc.returncode)
+            self.channel.send("interrupted", exception="Exit", message=exc.msg, returncode=exc.returncode)
         self.channel.send("finished")
 
 

@@ -20,7 +20,7 @@ from _pytest.reports import TestReport
 
 from .errors import MarkerError, NpuLazyError
 from .processes import kill_group
-from .protocol import Channel, ChannelClosed, describe_status
+from .protocol import Channel, ChannelClosed, describe_status, report_from_data
 from .settings import Resolver, TestSettings
 
 #: How long a child may take to report its exit status after its socket closed.
@@ -134,7 +134,7 @@ class ChildRun:
                 continue
             kind, payload = message.kind, message.payload
             if kind == "report":
-                self._log(self.config.hook.pytest_report_from_serializable(config=self.config, data=payload["data"]))
+                self._log(report_from_data(self.config, payload["data"]))
             elif kind == "warning":
                 self._warn(payload)
             elif kind == "files":
@@ -157,7 +157,7 @@ class ChildRun:
 
     def _interrupt(self, payload: dict[str, Any]) -> None:
         self.child.channel.close()
-        if payload["kind"] == "Exit":
+        if payload["exception"] == "Exit":
             pytest.exit(payload["message"], returncode=payload["returncode"])
         raise KeyboardInterrupt(payload["message"])
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 from .blocking import ModuleBlocker
 from .errors import BaselineContaminatedError, ProbeUsageError
 from .modules import unknown_name_problem
-from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder, matches
+from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder, _is_harness
 from .tracking import CallTracker
 
 #: Phases the runner sets around pytest's own protocol; tests cannot reuse them.
@@ -154,7 +154,7 @@ def format_chain(recorder: ImportRecorder, name: str) -> str:
         source = linecache.getline(trigger.filename, trigger.lineno).strip()
         if source:
             lines.append(f"      {source}")
-    if root is not chain[0] and root.trigger is not None:
+    if root is not chain[0] and root.trigger is not None and not _is_harness(root.trigger.filename):
         lines.append(f"  first link {root.name!r} was imported at: {root.trigger}")
     return "\n".join(lines)
 
@@ -288,7 +288,7 @@ class NpuLazy:
             records = self._state.recorder.loaded(pattern)
             if not records:
                 continue
-            first = records[0]
+            first = _explaining_record(records, pattern)
             more = f"\n  with {len(records) - 1} more module(s) under {pattern!r}" if len(records) > 1 else ""
             problems.append(
                 f"{first.name!r} must not be loaded yet, but it was loaded during phase {first.phase!r}\n"
@@ -369,9 +369,15 @@ class NpuLazy:
 
     def _guard(self, pattern: str) -> None:
         state = self._state
-        for record in state.recorder.loaded(pattern):
-            if state.in_baseline(record):
-                raise BaselineContaminatedError(_contamination_message(state, pattern, record))
+        inherited = [r for r in state.recorder.loaded(pattern) if state.in_baseline(r)]
+        if inherited:
+            record = _explaining_record(inherited, pattern)
+            raise BaselineContaminatedError(_contamination_message(state, pattern, record))
+
+
+def _explaining_record(records: list[ImportRecord], pattern: str) -> ImportRecord:
+    """The package a pattern names explains best, though it loads after the submodule asked for."""
+    return next((r for r in records if r.name == pattern), records[0])
 
 
 def _contamination_message(state: ProbeState, pattern: str, record: ImportRecord) -> str:

@@ -14,7 +14,7 @@ zygote -> pytest        ``ready`` {pid, error, warnings}, ``child_forked`` {pid}
                         ``fork_refused`` {reason}, ``child_exited`` {pid, status}
 pytest -> child         ``run`` {nodeid, settings}
 child -> pytest         ``files`` {names} +n fds, ``report`` {data}, ``warning`` {...},
-                        ``interrupted`` {kind, message, returncode}, ``finished`` {}
+                        ``interrupted`` {exception, message, returncode}, ``finished`` {}
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Channel:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def send(self, kind: str, fds: list[int] | tuple[int, ...] = (), **payload: Any) -> None:
+    def send(self, kind: str, /, fds: list[int] | tuple[int, ...] = (), **payload: Any) -> None:
         body = json.dumps({"kind": kind, **payload}, default=str).encode()
         frame = _HEADER.pack(len(body), len(fds)) + body
         if fds:
@@ -141,3 +141,14 @@ def describe_status(status: int | None) -> str:
     if os.WIFEXITED(status):
         return f"exit status {os.WEXITSTATUS(status)}"
     return f"wait status {status}"
+
+
+def report_from_data(config, data: dict[str, Any]):
+    """pytest's own deserialisation, after restoring the tuples JSON turned into lists."""
+    if isinstance(data.get("longrepr"), list):
+        data["longrepr"] = tuple(data["longrepr"])  # a skip: (path, lineno, reason)
+    if isinstance(data.get("location"), list):
+        data["location"] = tuple(data["location"])
+    data["sections"] = [tuple(section) for section in data.get("sections", [])]
+    data["user_properties"] = [tuple(prop) for prop in data.get("user_properties", [])]
+    return config.hook.pytest_report_from_serializable(config=config, data=data)

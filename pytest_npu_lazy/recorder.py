@@ -104,7 +104,8 @@ def _short_path(filename: str) -> str:
 
 
 def _is_machinery(filename: str) -> bool:
-    return filename.endswith(_MACHINERY_FILES) or filename in _MACHINERY_FILES
+    """Import system frames, this recorder's wrapper included: never the reason for an import."""
+    return filename == __file__ or filename.endswith(_MACHINERY_FILES) or filename in _MACHINERY_FILES
 
 
 def _is_harness(filename: str) -> bool:
