@@ -14,9 +14,10 @@ import pytest
 from . import probe
 from .errors import NpuLazyError
 from .recorder import RECORDER
-from .settings import MARKER_HELP, Resolver, add_options, MarkerError
+from .settings import MARKER_HELP, MarkerError, Resolver, add_options, cann_mode
 
 _STATE_KEY = pytest.StashKey["_PluginState"]()
+_CANN_KEY = pytest.StashKey["CannStatus"]()
 
 
 class _PluginState:
@@ -33,13 +34,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    """Record imports before any conftest runs, so the guard can name who imported what."""
+    """Before any conftest runs: record imports, and make torch_npu importable (real CANN or stub)."""
     RECORDER.install(phase="pytest")
+    _activate_cann(early_config)
+
+
+def _activate_cann(config: pytest.Config) -> None:
+    if _CANN_KEY in config.stash:
+        return
+    from .cann import CannError, activate
+
+    try:
+        config.stash[_CANN_KEY] = activate(cann_mode(config))
+    except CannError as exc:
+        raise pytest.UsageError(f"pytest-npu-lazy: {exc}") from None
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     RECORDER.install(phase="pytest")  # when loaded after conftests (pytester, -p in an ini file)
+    _activate_cann(config)
     fd = os.environ.pop("PYTEST_NPU_LAZY_CHILD_FD", None)
     if fd is not None:
         from .child import SpawnedSession
@@ -48,6 +62,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_STATE_KEY] = _PluginState(config)
         return
     state = config.stash[_STATE_KEY] = _PluginState(config)
+    from .environment import NpuGate
+
+    gate = NpuGate(config.stash[_CANN_KEY])
+    config.pluginmanager.register(gate, "npu_lazy_npu_gate")
+    if config.getoption("npu_lazy_require_npu") and not hasattr(config, "workerinput"):
+        gate.require()
     if state.resolver.isolate == "off":
         return
     from .controller import IsolationController
@@ -58,6 +78,13 @@ def pytest_configure(config: pytest.Config) -> None:
     launchers = {"fork": state.pool, "spawn": SpawnLauncher(config)}
     config.pluginmanager.register(IsolationController(config, state.resolver, launchers), "npu_lazy_controller")
     config.add_cleanup(state.pool.shutdown)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    from .environment import describe
+
+    gate = config.pluginmanager.get_plugin("npu_lazy_npu_gate")
+    return describe(config.stash[_CANN_KEY], gate.answer if gate else None).header_lines()
 
 
 def _runs_no_tests(config: pytest.Config) -> bool:

@@ -28,12 +28,16 @@ INI = {
     "npu_lazy_autoload": ("let torch auto-load device backends (TORCH_DEVICE_BACKEND_AUTOLOAD) in zygotes",
                           "bool", False),
     "npu_lazy_timeout": ("seconds an isolated test may run before it is killed (0: no limit)", "string", "0"),
+    "npu_lazy_cann": ("CANN for torch_npu: auto (real if it loads, else the host stub), real, stub or off",
+                      "string", "auto"),
 }
 ENV = {
     "isolate": "PYTEST_NPU_LAZY_ISOLATE",
     "isolation": "PYTEST_NPU_LAZY_ISOLATION",
     "timeout": "PYTEST_NPU_LAZY_TIMEOUT",
+    "cann": "PYTEST_NPU_LAZY_CANN",
 }
+CANN_MODES = ("auto", "real", "stub", "off")
 
 MARKER_HELP = (
     "npu_lazy(preload=[...], isolation='fork'|'spawn', autoload=False, timeout=None, block=[...], "
@@ -81,8 +85,23 @@ def add_options(parser: pytest.Parser) -> None:
                     help="comma-separated modules the zygote imports (overrides ini npu_lazy_preload; '' for none)")
     group.addoption("--npu-lazy-timeout", type=float, default=None, metavar="SECONDS",
                     help="kill an isolated test after this many seconds (0: no limit)")
+    group.addoption("--npu-lazy-cann", choices=CANN_MODES, default=None,
+                    help="CANN for torch_npu: auto (default: real CANN if it loads, else the host stub "
+                         "when torch_npu is installed), real, stub, or off")
+    group.addoption("--npu-lazy-require-npu", action="store_true", default=False,
+                    help="fail the run unless a real NPU device is usable (never test on the stub by accident)")
     for name, (help_text, kind, default) in INI.items():
         parser.addini(name, help_text, type=kind, default=default)
+
+
+def cann_mode(early_config: pytest.Config) -> str:
+    """Resolved before conftests load (torch must not be imported before the stub is)."""
+    value = (getattr(early_config.known_args_namespace, "npu_lazy_cann", None)
+             or os.environ.get(ENV["cann"]) or early_config.getini("npu_lazy_cann"))
+    if value not in CANN_MODES:
+        source = ENV["cann"] if os.environ.get(ENV["cann"]) == value else "ini npu_lazy_cann"
+        raise pytest.UsageError(f"{source} = {value!r} is not valid; choose one of {', '.join(CANN_MODES)}.")
+    return value
 
 
 class Resolver:

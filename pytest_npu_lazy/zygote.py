@@ -67,16 +67,16 @@ def _serve(channel: Channel, handle) -> None:
             readable, _, _ = select.select(wait, [], [], timeout)
         except InterruptedError:  # pragma: no cover
             continue
-        for pid, status in _WATCHER.reap():
-            channel.send("child_exited", pid=pid, status=status)
-        if channel.sock in readable:
-            try:
+        try:
+            for pid, status in _WATCHER.reap():
+                channel.send("child_exited", pid=pid, status=status)
+            if channel.sock in readable:
                 message = channel.recv()
-            except ChannelClosed:
-                _terminate()
-            if message.kind == "shutdown":
-                _terminate()
-            handle(message)
+                if message.kind == "shutdown":
+                    _terminate()
+                handle(message)
+        except (ChannelClosed, OSError):
+            _terminate()  # the pytest process is gone or done with us
 
 
 def serve_root(channel: Channel, session) -> None:

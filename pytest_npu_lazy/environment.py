@@ -1,0 +1,124 @@
+"""What the run is testing against, read from package metadata without importing anything heavy.
+
+The header and the JSON report both say it, so a result is never read
+without knowing whether it came from a real NPU or the CANN host stub.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+from dataclasses import asdict, dataclass
+from importlib import metadata
+
+import pytest
+
+from .cann import CannStatus, npu_device_usable
+
+REQUIRES_NPU_HELP = "requires_npu: the test needs a real NPU device; it skips, saying why, on the CANN host stub."
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def triton_flavour() -> tuple[str, str | None]:
+    """("triton-ascend" | "upstream" | "absent", version)."""
+    ascend = _version("triton-ascend")
+    if ascend:
+        return "triton-ascend", ascend
+    upstream = _version("triton")
+    if upstream:
+        return "upstream", upstream
+    return "absent", None
+
+
+@dataclass(frozen=True)
+class Environment:
+    torch: str | None
+    torch_npu: str | None
+    cann_mode: str
+    cann_version: str | None
+    cann: str
+    triton_flavour: str
+    triton: str | None
+    device: str
+    python: str
+    platform: str
+
+    def header_lines(self) -> list[str]:
+        triton = f"{self.triton_flavour} {self.triton}" if self.triton else self.triton_flavour
+        return [
+            f"npu_lazy: torch {self.torch or 'absent'}, torch_npu {self.torch_npu or 'absent'}, "
+            f"triton {triton}, device {self.device}",
+            f"npu_lazy: {self.cann}",
+        ]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def describe(cann: CannStatus, npu_checked: tuple[bool, str] | None = None) -> Environment:
+    torch = _version("torch")
+    flavour, triton = triton_flavour()
+    if cann.active == "real":
+        if npu_checked is None:
+            device = "npu if torch_npu sees one (--npu-lazy-require-npu checks it)"
+        else:
+            device = "npu" if npu_checked[0] else f"cpu ({npu_checked[1]})"
+    elif torch and "+cpu" not in torch:
+        device = "cuda if a GPU is visible, else cpu"
+    else:
+        device = "cpu" + (" (no NPU: CANN host stub)" if cann.active == "stub" else "")
+    return Environment(
+        torch=torch, torch_npu=_version("torch-npu") or _version("torch_npu"),
+        cann_mode=cann.active, cann_version=cann.version, cann=cann.header(),
+        triton_flavour=flavour, triton=triton, device=device,
+        python=platform.python_version(), platform=f"{sys.platform}-{platform.machine()}",
+    )
+
+
+def npu_missing_reason(cann: CannStatus) -> str | None:
+    """Why a test that needs a real NPU device must skip, without importing torch_npu here."""
+    if cann.active == "stub":
+        return "needs a real NPU device: running on the CANN host stub - no NPU device"
+    if cann.active == "off":
+        return "needs a real NPU device: CANN is off (--npu-lazy-cann=off)"
+    if cann.active == "absent":
+        return "needs a real NPU device: torch_npu is not installed"
+    return None
+
+
+class NpuGate:
+    """Skips ``requires_npu`` tests without a real NPU, and fails the run under --npu-lazy-require-npu."""
+
+    def __init__(self, cann: CannStatus) -> None:
+        self.cann = cann
+        self.answer: tuple[bool, str] | None = None  # a real NPU's availability, once asked
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        config.addinivalue_line("markers", REQUIRES_NPU_HELP)
+
+    def missing_reason(self) -> str | None:
+        reason = npu_missing_reason(self.cann)
+        if reason is None:
+            if self.answer is None:
+                self.answer = npu_device_usable()  # in a subprocess: never initialise an NPU here
+            reason = None if self.answer[0] else f"needs a real NPU device: {self.answer[1]}"
+        return reason
+
+    def require(self) -> None:
+        """A misconfigured NPU runner must fail, not quietly test on the stub."""
+        reason = self.missing_reason()
+        if reason is not None:
+            raise pytest.UsageError(f"--npu-lazy-require-npu: no usable NPU device: {reason}")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        if item.get_closest_marker("requires_npu") is not None:
+            reason = self.missing_reason()
+            if reason is not None:
+                raise pytest.skip.Exception(reason, _use_item_location=True)
