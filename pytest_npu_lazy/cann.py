@@ -6,7 +6,8 @@ This module reads those ELF files, works out which sonames and symbols only CANN
 provide (everything torch, libpython and the system provide is dropped), compiles one
 small stub library per soname whose functions all fail with "no device", and loads the
 stubs with RTLD_GLOBAL before torch is imported. The dynamic linker then matches them by
-soname: ``import torch_npu`` works and ``torch.npu.is_available()`` is False.
+soname: ``import torch_npu`` works and ``torch.npu.is_available()`` is False. Child
+processes get the same stubs through LD_LIBRARY_PATH (see CannStatus.env).
 
 Nothing here imports torch, torch_npu or triton: the module must run before them.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import email
 import fcntl
 import hashlib
 import io
@@ -67,7 +69,7 @@ _DEVICE_COUNT_GETTER = re.compile(r"^[A-Za-z]\w*GetDeviceCount$")
 _STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE = 1, 2, 10
 _STT_OBJECT, _STT_COMMON, _STT_TLS = 1, 5, 6
 _SHN_UNDEF = 0
-_VERSYM_HIDDEN = 0x8000
+_VERSION_INDEX = 0x7FFF  # .gnu.version entries carry a "hidden" flag in bit 15
 
 
 class CannError(Exception):
@@ -148,7 +150,7 @@ def _read_elf(stream: BinaryIO, label: str) -> _Elf:
         name = strings[name_offset : strings.index(b"\0", name_offset)].decode("utf-8", "replace")
         bind, symbol_type = info >> 4, info & 0xF
         if shndx == _SHN_UNDEF:
-            version_index = versym_values[index] & ~_VERSYM_HIDDEN if versym_values else 0
+            version_index = versym_values[index] & _VERSION_INDEX if versym_values else 0
             kind = {_STT_OBJECT: "object", _STT_COMMON: "object", _STT_TLS: "tls"}.get(symbol_type, "func")
             undefined.append(_Undefined(name, bind == _STB_WEAK, kind, version_files.get(version_index)))
         elif bind in (_STB_GLOBAL, _STB_WEAK, _STB_GNU_UNIQUE) and (other & 0x3) in (0, 3):
@@ -280,17 +282,11 @@ def _python_libraries() -> list[_Elf]:
     return [_read_elf_path(p) for p in paths if os.path.isfile(p)]
 
 
-def _distribution_version(name: str, path: Path | None = None) -> str | None:
+def _distribution_version(name: str) -> str | None:
     try:
-        if path is None:
-            return metadata.version(name)
-        wanted = re.sub(r"[-_.]+", "-", name).lower()
-        for dist in metadata.distributions(path=[str(path)]):
-            if re.sub(r"[-_.]+", "-", dist.metadata["Name"] or "").lower() == wanted:
-                return dist.version
+        return metadata.version(name)
     except metadata.PackageNotFoundError:
-        pass
-    return None
+        return None
 
 
 # --------------------------------------------------------------------------- analysis
@@ -374,28 +370,29 @@ def _closure(own: list[_Elf], cann: set[str]) -> dict[str, set[str]]:
     return result
 
 
-def _assign(references: dict[str, list[_Elf]], own: list[_Elf], cann: list[str]) -> dict[str, list[str]]:
+def _preference(soname: str, referencing: list[_Elf]) -> tuple[int, int, str]:
+    """Most referencing files list it directly, then the one they list earliest."""
+    votes = sum(soname in elf.needed for elf in referencing)
+    position = min((elf.needed.index(soname) for elf in referencing if soname in elf.needed), default=sys.maxsize)
+    return (-votes, position, soname)
+
+
+def _assign(
+    references: dict[str, list[_Elf]], closures: dict[str, set[str]], cann: list[str]
+) -> dict[str, tuple[str, ...]]:
     """Choose the stub soname(s) exporting each symbol.
 
-    A symbol must be reachable from every referencing file's dependency tree (so the stubs
-    also work through LD_LIBRARY_PATH, without RTLD_GLOBAL); among those, prefer the soname
-    most referencing files list directly, then the one they list first.
+    Real CANN's placement is unknowable without CANN; what matters is that the linker finds
+    the symbol. It is put where every referencing file's dependency tree reaches, so the
+    stubs also work through LD_LIBRARY_PATH without RTLD_GLOBAL; when no single soname is
+    reachable from all of them, it is exported from several.
     """
-    closures = _closure(own, set(cann))
     libraries: dict[str, list[str]] = {soname: [] for soname in cann}
     for symbol, referencing in sorted(references.items()):
-        trees = [closures[elf.label] for elf in referencing if closures[elf.label]]
-        pending = trees or [set(cann)]
+        pending = [closures[elf.label] for elf in referencing if closures[elf.label]] or [set(cann)]
         while pending:
-            common = set.intersection(*pending)
-            pool = common or pending[0]
-
-            def preference(soname: str) -> tuple[int, int, str]:
-                votes = sum(soname in elf.needed for elf in referencing)
-                position = min((elf.needed.index(soname) for elf in referencing if soname in elf.needed), default=99)
-                return (-votes, position, soname)
-
-            chosen = min(pool, key=preference)
+            pool = set.intersection(*pending) or pending[0]
+            chosen = min(pool, key=lambda soname: _preference(soname, referencing))
             libraries[chosen].append(symbol)
             pending = [tree for tree in pending if chosen not in tree]
     return {soname: tuple(sorted(symbols)) for soname, symbols in libraries.items()}
@@ -408,13 +405,12 @@ def _analyse_files(
     source: str,
     torch_requirement: str | None,
 ) -> StubSpec:
+    """Drop what torch_npu, torch, the interpreter and the system provide; the rest is CANN's."""
     if not own:
         raise CannError(f"{source}: no native libraries found; is this a torch_npu installation?")
     torch_libs, torch_version = _torch_libraries()
-    known_names = {name for elf in own + torch_libs for name in elf.names}
     providers = own + torch_libs + _python_libraries()
-    for elf in providers:
-        known_names |= elf.names
+    known_names = {name for elf in providers for name in elf.names}
 
     # Resolve every other DT_NEEDED as the system would; what stays unresolved is CANN's.
     missing: set[str] = set()
@@ -435,8 +431,10 @@ def _analyse_files(
     provided = set().union(*(elf.defined for elf in providers))
     # Only a torch that does not match torch_npu's requirement leaves torch symbols unresolved;
     # then those (recognised by torch's own C++ namespaces) are version skew, not CANN.
-    torch_namespaces: set[str] | None = (
-        set() if _satisfies(torch_version, torch_requirement) else None
+    torch_namespaces = (
+        set()
+        if _satisfies(torch_version, torch_requirement)
+        else {ns for lib in torch_libs for name in lib.defined if (ns := _top_namespace(name))}
     )
     references: dict[str, list[_Elf]] = {}
     kinds: dict[str, str] = {}
@@ -450,15 +448,9 @@ def _analyse_files(
             if symbol.weak:
                 weak.add(symbol.name)
                 continue
-            namespace = _top_namespace(symbol.name)
-            if namespace is not None:
-                if torch_namespaces is None:
-                    torch_namespaces = {
-                        ns for lib in torch_libs for name in lib.defined if (ns := _top_namespace(name))
-                    }
-                if namespace in torch_namespaces:
-                    skew.add(symbol.name)
-                    continue
+            if _top_namespace(symbol.name) in torch_namespaces:
+                skew.add(symbol.name)
+                continue
             references.setdefault(symbol.name, []).append(elf)
             if symbol.kind != "func":
                 kinds[symbol.name] = symbol.kind
@@ -468,7 +460,7 @@ def _analyse_files(
     fingerprint = hashlib.sha256("".join(elf.digest for elf in sorted(own, key=lambda e: e.label)).encode())
     return StubSpec(
         torch_npu_version=version,
-        libraries=_assign(references, own, cann),
+        libraries=_assign(references, closures, cann),
         data_symbols=dict(sorted(kinds.items())),
         core_sonames=tuple(core),
         needed_by={
@@ -535,9 +527,9 @@ def analyse_wheel(wheel: str | os.PathLike) -> StubSpec:
         for member in archive.infolist():
             path = PurePosixPath(member.filename)
             if path.parent.name.endswith(".dist-info") and path.name == "METADATA":
-                text = archive.read(member).decode("utf-8", "replace")
-                version = _metadata_field(text, "Version")
-                requirement = _torch_requirement(_metadata_fields(text, "Requires-Dist"))
+                fields = email.message_from_bytes(archive.read(member))
+                version = fields["Version"]
+                requirement = _torch_requirement(fields.get_all("Requires-Dist"))
             elif ".so" in path.name and not member.is_dir():
                 data = archive.read(member)
                 if data[:4] == b"\x7fELF":
@@ -545,16 +537,6 @@ def analyse_wheel(wheel: str | os.PathLike) -> StubSpec:
                     if len(path.parts) == 2:
                         top_level.add(path.name)
     return _analyse_files(own, top_level, version, str(wheel), requirement)
-
-
-def _metadata_fields(text: str, name: str) -> list[str]:
-    header = text.split("\n\n", 1)[0]
-    return [line.split(":", 1)[1].strip() for line in header.splitlines() if line.startswith(f"{name}:")]
-
-
-def _metadata_field(text: str, name: str) -> str | None:
-    values = _metadata_fields(text, name)
-    return values[0] if values else None
 
 
 # --------------------------------------------------------------------------- building
@@ -665,6 +647,18 @@ def default_cache_dir() -> Path:
     return Path(base, "pytest-npu-lazy")
 
 
+def _writable_dir(path: Path) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".write-test.")
+    except OSError as exc:
+        raise CannError(
+            f"the CANN stub cache {path} is not writable ({exc}); set {ENV_CACHE} to a writable directory"
+        ) from exc
+    probe.close()
+    return path
+
+
 @contextmanager
 def _locked(path: Path) -> Iterator[None]:
     """Exclusive lock across processes (xdist workers build the same stub at the same time)."""
@@ -692,11 +686,10 @@ def build_stub(
     file lock, so concurrent builders never see or leave a half-written stub.
     """
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    root.mkdir(parents=True, exist_ok=True)
     final = root / spec.key()
     if (final / MANIFEST_NAME).is_file():
         return final
-    with _locked(root / f".{spec.key()}.lock"):
+    with _locked(_writable_dir(root) / f".{spec.key()}.lock"):
         if (final / MANIFEST_NAME).is_file():
             return final
         command = _find_compiler(compiler)
@@ -783,7 +776,8 @@ class CannStatus:
     def header(self) -> str:
         """One line for pytest's report header; the stub always says it is one."""
         if self.active == "stub":
-            return f"CANN: host stub - no NPU device ({self.sonames} sonames, {self.symbols} symbols; {self.stub_dir})"
+            counts = f"{self.sonames} sonames, {self.symbols} symbols"
+            return f"CANN: host stub - no NPU device ({counts}; {self.stub_dir})"
         if self.active == "real":
             return f"CANN: {self.version or 'version unknown'} ({self.location})"
         if self.active == "off":
@@ -814,7 +808,7 @@ def _install_fingerprint(package_dir: Path) -> str:
     torch_dirs = list(torch_spec.submodule_search_locations or ()) if torch_spec else []
     paths = _shared_objects(package_dir) + [p for d in torch_dirs for p in _shared_objects(Path(d, "lib"))]
     paths += [Path(os.path.realpath(sys.executable)), Path("/etc/ld.so.cache")]
-    digest = hashlib.sha256(f"{GENERATOR_VERSION}\0{package_dir}\0{platform_tag()}".encode())
+    digest = hashlib.sha256(f"{GENERATOR_VERSION}\0{package_dir}\0{sys.implementation.cache_tag}".encode())
     for path in paths:
         try:
             stat = path.stat()
@@ -822,10 +816,6 @@ def _install_fingerprint(package_dir: Path) -> str:
             continue
         digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
     return digest.hexdigest()[:32]
-
-
-def platform_tag() -> str:
-    return f"{sys.implementation.cache_tag}-{os.uname().machine}"
 
 
 def _installed_spec(package_dir: Path, cache_root: Path) -> StubSpec:
@@ -836,8 +826,7 @@ def _installed_spec(package_dir: Path, cache_root: Path) -> StubSpec:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     spec = analyse(package_dir)
-    index.parent.mkdir(parents=True, exist_ok=True)
-    fd, staging = tempfile.mkstemp(prefix=".index.", dir=index.parent)
+    fd, staging = tempfile.mkstemp(prefix=".index.", dir=_writable_dir(index.parent))
     with os.fdopen(fd, "w") as handle:
         handle.write(spec.to_json())
     os.replace(staging, index)
@@ -876,20 +865,26 @@ _VERSION_LINE = re.compile(r"^\s*(?:[\w-]*_)?version\s*=\s*\[?\s*([^\]\s\"']+)",
 _RELEASE_DIR = re.compile(r"^\d+\.\d+(?:\.[\w]+)*$")
 
 
+def _version_in(record: Path) -> str | None:
+    try:
+        match = _VERSION_LINE.search(record.read_text(errors="replace"))
+    except OSError:
+        return None
+    return match.group(1).rsplit(":", 1)[-1] if match else None
+
+
 def _cann_version(roots: Iterable[str]) -> str | None:
-    """Read CANN's release from its install records: *_install.info, the release directory, version.cfg."""
+    """CANN's release from its install records, else the release directory's name, else version.cfg."""
     for root in dict.fromkeys(os.path.realpath(r) for r in roots if r):
         base = Path(root)
-        records = [*sorted(base.glob("*_install.info")), *sorted(base.glob("*/*_install.info"))]
-        for record in records + [base / "version.cfg", base / "runtime" / "version.info"]:
-            if record == base / "version.cfg" and _RELEASE_DIR.match(base.name):
-                return base.name
-            try:
-                match = _VERSION_LINE.search(record.read_text(errors="replace"))
-            except OSError:
-                continue
-            if match:
-                return match.group(1).rsplit(":", 1)[-1]
+        for record in [*sorted(base.glob("*_install.info")), *sorted(base.glob("*/*_install.info"))]:
+            if version := _version_in(record):
+                return version
+        if _RELEASE_DIR.match(base.name):
+            return base.name
+        for record in (base / "version.cfg", base / "runtime" / "version.info"):
+            if version := _version_in(record):
+                return version
     return None
 
 
@@ -923,7 +918,7 @@ def _activate_real(mode: str, spec: StubSpec, cache_root: Path) -> CannStatus | 
     found, missing = _locate_real_cann(spec.libraries)
     core_missing = [s for s in spec.core_sonames if s in missing]
     if core_missing:
-        where = ", ".join(["LD_LIBRARY_PATH", "$ASCEND_TOOLKIT_HOME/lib64", "$ASCEND_HOME_PATH/lib64", "ld.so.cache"])
+        where = "LD_LIBRARY_PATH, $ASCEND_TOOLKIT_HOME/lib64, $ASCEND_HOME_PATH/lib64, ld.so.cache"
         return f"{core_missing[0]} (needed by {', '.join(spec.needed_by[core_missing[0]])}) not found in {where}"
     core_paths = [found[s] for s in spec.core_sonames]
     if mode == "auto":
@@ -974,6 +969,44 @@ def _activate_stub(mode: str, spec: StubSpec, cache_root: Path, why: str) -> Can
     )
 
 
+def _mapped_stub_dir() -> Path | None:
+    """The stub directory whose libraries this process has mapped, if any (/proc/self/maps)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    mapped = {Path(fields[5]).parent for line in maps.splitlines() if len(fields := line.split(maxsplit=5)) == 6}
+    return next((d for d in sorted(mapped) if (d / MANIFEST_NAME).is_file()), None)
+
+
+def _already_imported(mode: str, cache_root: Path) -> CannStatus:
+    """torch_npu got in first (e.g. a child inheriting LD_LIBRARY_PATH): report what it runs on."""
+    stub_dir = _mapped_stub_dir()
+    if stub_dir is not None and mode != "real":
+        manifest = _read_manifest(stub_dir)
+        return CannStatus(
+            requested=mode,
+            active="stub",
+            version=None,
+            stub_dir=str(stub_dir),
+            detail=f"CANN host stub, no NPU device: torch_npu was already imported with the stub in {stub_dir}",
+            sonames=len(manifest["libraries"]),
+            symbols=manifest["total_symbols"],
+            cache_dir=str(cache_root),
+            library_dirs=(str(stub_dir),),
+        )
+    if stub_dir is None and mode != "stub":
+        root = _toolkit_root({})
+        version = _cann_version([root] if root else [])
+        detail = "torch_npu was already imported, with the CANN of the environment"
+        return CannStatus(mode, "real", version, None, detail, location=root, cache_dir=str(cache_root))
+    running = "the CANN host stub" if stub_dir else "real CANN"
+    raise CannError(
+        f"torch_npu was imported before CANN could be activated and runs on {running}, not on what "
+        f"mode {mode!r} asks for; load the plugin before anything imports torch or torch_npu."
+    )
+
+
 def _activate(mode: str, cache_root: Path) -> CannStatus:
     if mode == "off":
         return CannStatus(mode, "off", None, None, "CANN activation switched off")
@@ -982,14 +1015,7 @@ def _activate(mode: str, cache_root: Path) -> CannStatus:
     except CannError:
         return CannStatus(mode, "absent", None, None, "torch_npu is not installed")
     if "torch_npu" in sys.modules:
-        if _LOADED or mode == "stub":
-            raise CannError(
-                "torch_npu was imported before CANN could be activated; load the plugin before "
-                "anything imports torch or torch_npu."
-            )
-        root = _toolkit_root({})
-        return CannStatus(mode, "real", _cann_version([root] if root else []), None,
-                          "torch_npu was already imported with the CANN of the environment", location=root)
+        return _already_imported(mode, cache_root)
     spec = _installed_spec(package_dir, cache_root)
     if mode == "stub":
         return _activate_stub(mode, spec, cache_root, "requested with mode 'stub'")
@@ -1015,7 +1041,7 @@ def activate(mode: str | None = None, cache_dir: str | os.PathLike | None = None
     if mode not in MODES:
         raise CannError(f"unknown CANN mode {mode!r}; choose one of {', '.join(MODES)}")
     if _STATUS is not None:
-        if mode in ("auto", _STATUS.requested, _STATUS.active):
+        if mode in ("auto", _STATUS.requested, _STATUS.active) or _STATUS.active == "absent":
             return _STATUS
         raise CannError(f"CANN is already active as {_STATUS.active!r} in this process; cannot switch to {mode!r}")
     cache_root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -1026,24 +1052,139 @@ def activate(mode: str | None = None, cache_dir: str | os.PathLike | None = None
     return status
 
 
+_DEVICE_CHECK = """\
+import json
+try:
+    import torch, torch_npu
+    answer = {"available": bool(torch.npu.is_available()), "count": int(torch.npu.device_count())}
+except Exception as error:
+    while error.__cause__ is not None or error.__context__ is not None:
+        error = error.__cause__ or error.__context__  # torch's autoload wraps the real reason
+    answer = {"error": f"{type(error).__name__}: {error}"}
+print(json.dumps(answer))
+"""
+
+
 def npu_device_usable(timeout: float = 120) -> tuple[bool, str]:
     """Ask a fresh interpreter whether torch_npu sees an NPU (initialising one here would break fork)."""
-    code = (
-        "import json, torch, torch_npu\n"
-        "print(json.dumps({'available': bool(torch.npu.is_available()), 'count': int(torch.npu.device_count())}))\n"
-    )
     try:
-        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+        command = [sys.executable, "-c", _DEVICE_CHECK]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return False, f"checking for an NPU timed out after {timeout:g} s"
     except OSError as exc:
         return False, f"could not start {sys.executable}: {exc}"
     lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
+    try:
+        answer = json.loads(lines[-1])
+    except (IndexError, ValueError):
         error = (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
-        return False, f"import torch_npu failed: {error}"
-    answer = json.loads(lines[-1])
+        return False, f"the NPU check crashed: {error}"
+    if "error" in answer:
+        return False, f"import torch_npu failed: {answer['error']}"
     stub = " (the CANN host stub is active)" if os.environ.get(ENV_MODE) == "stub" else ""
     if not answer["available"] or answer["count"] < 1:
         return False, f"torch.npu.is_available() is {answer['available']}, {answer['count']} NPU devices{stub}"
     return True, f"{answer['count']} NPU device(s) available"
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _missing_exports(spec: StubSpec, stub_dir: Path) -> list[str]:
+    """Symbols a built stub should export but does not (read back from the .so files)."""
+    problems = []
+    for soname, symbols in spec.libraries.items():
+        elf = _read_elf_path(stub_dir / soname)
+        if elf.soname != soname:
+            problems.append(f"{soname}: DT_SONAME is {elf.soname!r}")
+        problems += [f"{soname}: {symbol}" for symbol in symbols if symbol not in elf.defined]
+    return problems
+
+
+def _report(spec: StubSpec, build: str | os.PathLike | None, do_build: bool) -> dict:
+    result = {
+        "source": spec.source,
+        "torch_npu_version": spec.torch_npu_version,
+        "torch_version": spec.torch_version,
+        "torch_requirement": spec.torch_requirement,
+        "machine": spec.machine,
+        "key": spec.key(),
+        "libraries": {soname: len(symbols) for soname, symbols in spec.libraries.items()},
+        "needed_by": spec.needed_by,
+        "core_sonames": list(spec.core_sonames),
+        "sonames": len(spec.libraries),
+        "symbols": spec.symbol_count,
+        "data_symbols": spec.data_symbols,
+        "weak_unresolved": len(spec.weak_unresolved),
+        "torch_skew": len(spec.torch_skew),
+    }
+    if do_build:
+        with tempfile.TemporaryDirectory(prefix="npu-lazy-cann-") as scratch:
+            started = time.perf_counter()
+            try:
+                stub_dir = build_stub(spec, build if build is not None else scratch)
+                seconds = time.perf_counter() - started
+                problems = _missing_exports(spec, stub_dir)
+                result["build"] = {
+                    "ok": not problems,
+                    "seconds": round(seconds, 3),
+                    "cold": build is None,
+                    "stub_dir": str(stub_dir) if build is not None else None,
+                    "problems": problems,
+                }
+            except CannError as exc:
+                result["build"] = {"ok": False, "seconds": round(time.perf_counter() - started, 3), "error": str(exc)}
+    return result
+
+
+def _print_report(report: dict) -> None:
+    version = report["torch_npu_version"] or "(unknown version)"
+    print(f"torch_npu {version}  [{report['machine']}]  {report['source']}")
+    print(f"  torch installed: {report['torch_version']}; torch_npu requires: {report['torch_requirement']}")
+    width = max((len(s) for s in report["libraries"]), default=6)
+    print(f"  {'soname':<{width}}  symbols  core  needed by")
+    for soname, count in report["libraries"].items():
+        core = "yes" if soname in report["core_sonames"] else "no"
+        print(f"  {soname:<{width}}  {count:>7}  {core:<4}  {', '.join(report['needed_by'][soname])}")
+    print(
+        f"  total: {report['sonames']} sonames, {report['symbols']} symbols "
+        f"({len(report['data_symbols'])} data); weak left unresolved: {report['weak_unresolved']}; "
+        f"torch symbols missing from the installed torch (version skew, not stubbed): {report['torch_skew']}"
+    )
+    build = report.get("build")
+    if build:
+        if build["ok"]:
+            where = f" -> {build['stub_dir']}" if build["stub_dir"] else ""
+            print(f"  build: ok in {build['seconds']:.3f} s ({'cold' if build['cold'] else 'cache'}){where}")
+        else:
+            print(f"  build: FAILED after {build['seconds']:.3f} s: {build.get('error') or build['problems'][:5]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pytest_npu_lazy.cann",
+        description="Show what the installed torch_npu (or a wheel) needs from CANN; optionally build the stub.",
+    )
+    parser.add_argument("--wheel", action="append", default=[], help="analyse this .whl instead (repeatable)")
+    parser.add_argument("--build", action="store_true", help="also compile the stub (cold, temp dir) and time it")
+    parser.add_argument("--cache-dir", help="build into this cache instead of a throwaway directory")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    args = parser.parse_args(argv)
+    reports = []
+    try:
+        specs = [analyse_wheel(w) for w in args.wheel] if args.wheel else [analyse()]
+    except CannError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for spec in specs:
+        reports.append(_report(spec, args.cache_dir, args.build))
+        if not args.json:
+            _print_report(reports[-1])
+    if args.json:
+        print(json.dumps(reports, indent=2))
+    return 0 if all(r.get("build", {"ok": True})["ok"] for r in reports) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

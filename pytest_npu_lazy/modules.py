@@ -22,8 +22,10 @@ def lookup(name: str) -> tuple[str, list[str]]:
     OPAQUE means submodules cannot be listed without running code (extension
     modules, modules that fill ``sys.modules`` themselves).
     """
-    module = sys.modules.get(name)
-    if module is not None:
+    if name in sys.modules:
+        module = sys.modules[name]
+        if module is None:  # blocked: known to the test, absent to the code under test
+            return OPAQUE, []
         path = getattr(module, "__path__", None)
         return (PACKAGE, list(path)) if path is not None else (OPAQUE, [])
     parent, _, _ = name.rpartition(".")

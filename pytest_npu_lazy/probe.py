@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from .blocking import ModuleBlocker
-from .errors import BaselineContaminatedError, ProbeUsageError
+from .errors import BaselineContaminatedError, BlockError, ProbeUsageError
 from .modules import unknown_name_problem
 from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder, _is_harness
 from .tracking import CallTracker
@@ -328,6 +328,10 @@ class NpuLazy:
         """Whether ``"pkg.mod:function"`` ran, without importing ``pkg.mod``."""
         return self._state.tracker.ran(target)
 
+    def calls(self, target: str) -> int:
+        """How often a tracked function was called (it must have been tracked before its module loaded)."""
+        return self._state.tracker.calls(target)
+
     def track(self, *targets: str) -> None:
         """Start counting calls before the function's module loads."""
         for target in targets:
@@ -356,6 +360,13 @@ class NpuLazy:
     # -- checks -------------------------------------------------------------
     def _check_patterns(self, patterns, guard: bool) -> None:
         __tracebackhide__ = True
+        bypassed = self._state.blocker.bypassed()
+        if bypassed:
+            raise BlockError(
+                f"the block on {bypassed[0]!r} was bypassed: it is loaded{self._state.origin_of(bypassed[0])}\n"
+                "Something loaded it without the import system (module_from_spec and exec_module on a "
+                "path), so this test cannot simulate its absence by blocking; test in an environment "
+                "where it is really not installed.")
         if not patterns:
             raise ProbeUsageError("name at least one module, e.g. npu_lazy.assert_not_loaded('torch._dynamo').")
         for pattern in patterns:

@@ -180,11 +180,18 @@ class ImportRecorder:
     def sweep(self) -> None:
         """Attribute modules that bypassed the import system to the phase now ending."""
         current = set(sys.modules)
-        for name in current - self._known:
+        for name in sorted(current - self._known):
             if name not in self.records and sys.modules.get(name) is not None:
                 self.records[name] = ImportRecord(
-                    name, self.phase, self._now(), status="untracked")
+                    name, self.phase, self._now(), parent=self._enclosing_package(name), status="untracked")
         self._known = current
+
+    def _enclosing_package(self, name: str) -> str | None:
+        """An untracked module was most likely loaded by its package's own code."""
+        parent = name.rpartition(".")[0]
+        while parent and parent not in self.records:
+            parent = parent.rpartition(".")[0]
+        return parent or None
 
     # -- load hooks ---------------------------------------------------------
     def on_load(self, module: str, callback: Callable[[str], None]) -> None:

@@ -84,12 +84,24 @@ class CallTracker:
             "and the function has no 'has_run' flag. Track it before its module loads: "
             f"@pytest.mark.npu_lazy(track=[{target!r}]), or call npu_lazy.ran({target!r}) before the import.")
 
+    def calls(self, target: str) -> int:
+        module, _ = parse_target(target)
+        state = self.track(target)
+        if state.problem:
+            raise ProbeUsageError(state.problem)
+        if state.instrumented or sys.modules.get(module) is None:
+            return state.calls
+        raise ProbeUsageError(
+            f"cannot count calls of {target}: it was not instrumented (its module was already loaded "
+            "when tracking began, or the function reports only a has_run flag). Track it before its "
+            f"module loads: @pytest.mark.npu_lazy(track=[{target!r}]).")
+
     def _has_run_flag(self, module: str, qualname: str) -> bool | None:
         try:
             _, _, raw = _resolve(module, qualname)
         except (AttributeError, KeyError):
             return None
-        flag = getattr(getattr(raw, "__wrapped_by_npu_lazy__", raw), "has_run", None)
+        flag = getattr(raw, "has_run", None)
         return flag if isinstance(flag, bool) else None
 
     def _instrument(self, state: CallState, module: str, qualname: str, late: bool) -> None:
@@ -103,7 +115,7 @@ class CallTracker:
                              f"(checked when it loaded, phase {self.recorder.phase!r}).{hint}")
             return
         if isinstance(getattr(raw, "has_run", None), bool):
-            return  # the function reports on itself
+            return  # it reports on itself; a wrapper would hide later changes of the flag from its callers
         if late:
             return  # calls before now are unknowable; ran() says so
         function = raw.__func__ if isinstance(raw, (staticmethod, classmethod)) else raw
@@ -120,7 +132,6 @@ class CallTracker:
                 state.first_phase = recorder.phase
             return function(*args, **kwargs)
 
-        counting.__wrapped_by_npu_lazy__ = function  # type: ignore[attr-defined]
         wrapped = type(raw)(counting) if isinstance(raw, (staticmethod, classmethod)) else counting
         setattr(owner, attr, wrapped)
         state.instrumented = True

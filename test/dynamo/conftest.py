@@ -1,0 +1,28 @@
+"""test/dynamo: torch_npu's deferred-loading guarantees.
+
+This conftest is imported in the pytest process before zygotes fork, so it
+imports neither torch nor torch_npu; the tests import them inside their
+isolated children.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))  # facts and regressions, for the tests and the zoo
+
+from regressions import ENV, REGRESSIONS  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def injected_regression():
+    """Re-create a known regression in this (isolated) test when the zoo asks for one."""
+    name = os.environ.get(ENV)
+    if name:
+        if name not in REGRESSIONS:
+            raise pytest.UsageError(f"{ENV}={name!r}: no such regression; known: {', '.join(REGRESSIONS)}")
+        REGRESSIONS[name]()
+    yield name

@@ -1,0 +1,101 @@
+"""Facts about the installed torch, torch_npu and Triton, read from their files without importing them.
+
+Expectations that depend on the versions under test (does stock torch
+import Triton when Dynamo loads?) are computed here, never hard-coded, so
+the suite says the truth on every torch / torch_npu / Triton combination.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import metadata
+
+from packaging.version import Version
+
+DYNAMO_SETUP = "torch_npu.utils._dynamo:_lazy_dynamo_setup"
+INDUCTOR_SETUP = "torch_npu.utils._dynamo:_lazy_inductor_setup"
+#: what `import torch_npu` must leave unloaded
+DEFERRED = ("torch._dynamo", "torch._inductor", "torch_npu._inductor", "triton")
+#: Ascend-specific Triton code that only the first compiled call may load
+ASCEND_TRITON = ("torch_npu._inductor.runtime.triton_helpers", "triton.language.extra.ascend")
+
+
+def distribution_version(name: str) -> Version | None:
+    try:
+        return Version(metadata.version(name))
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def torch_npu_version() -> Version | None:
+    return distribution_version("torch-npu")
+
+
+def _package_file(package: str, *parts: str) -> str | None:
+    spec = importlib.util.find_spec(package)  # a top-level name: nothing is imported
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = os.path.join(spec.submodule_search_locations[0], *parts)
+    return path if os.path.exists(path) else None
+
+
+@dataclass(frozen=True)
+class ImportTimeCall:
+    path: str
+    lineno: int
+    call: str
+
+    def __str__(self) -> str:
+        return f"torch/_dynamo/utils.py:{self.lineno} calls {self.call}() at import"
+
+
+@lru_cache(maxsize=None)
+def dynamo_imports_triton_at_import() -> ImportTimeCall | None:
+    """Where stock torch's Dynamo checks for the triton package while Dynamo itself loads.
+
+    A module-level statement of torch/_dynamo/utils.py that calls
+    has_triton_package() imports triton as a side effect, so creating an
+    Inductor wrapper (which imports Dynamo) loads Triton if it is installed.
+    """
+    path = _package_file("torch", "_dynamo", "utils.py")
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read(), path)
+    for statement in tree.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name == "has_triton_package":
+                    return ImportTimeCall(path, node.lineno, name)
+    return None
+
+
+def triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def triton_ascend_installed() -> bool:
+    return distribution_version("triton-ascend") is not None
+
+
+def stock_torch_loads_triton_at_wrap() -> str | None:
+    """The reason, when stock torch loads triton during wrapper creation here; else None."""
+    call = dynamo_imports_triton_at_import()
+    if call is None or not triton_installed():
+        return None
+    return (f"stock PyTorch loads triton while the wrapper is created: {call} "
+            "(chain: triton <- torch._dynamo.utils <- ... <- torch._dynamo <- torch._inductor <- torch.compile); "
+            "not torch_npu's doing. strict: a fix upstream makes this test pass, and then fail, to be noticed")
+
+
+def triton_ascend_extension_loads_with_triton() -> bool:
+    """triton-ascend's `import triton` runs triton.language.extra's loader, which executes every backend."""
+    path = _package_file("triton", "language", "extra", "ascend")
+    return triton_ascend_installed() and path is not None

@@ -1,0 +1,57 @@
+"""Guarantees 2 and 3: creating an Inductor wrapper sets up Dynamo only, with or without Triton."""
+
+from __future__ import annotations
+
+import pytest
+from facts import DYNAMO_SETUP, INDUCTOR_SETUP
+
+pytestmark = pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+
+WRAPPER_KWARGS = [
+    pytest.param({}, id="plain"),
+    pytest.param({"options": {"enable_shape_handling": True}}, id="enable_shape_handling"),
+    pytest.param({"options": {"npu_backend": "default"}}, id="npu_backend-default"),
+    pytest.param({"options": {"npu_backend": "ascendc"}}, id="npu_backend-ascendc"),
+    pytest.param({"mode": "reduce-overhead"}, id="mode-reduce-overhead"),
+    pytest.param({"mode": "max-autotune"}, id="mode-max-autotune"),
+    pytest.param({"dynamic": True}, id="dynamic"),
+]
+
+
+@pytest.mark.parametrize("kwargs", WRAPPER_KWARGS)
+def test_wrapper_runs_dynamo_setup_only(npu_lazy, kwargs):
+    npu_lazy.compile(lambda x: x + 1, backend="inductor", **kwargs)
+    assert npu_lazy.ran(DYNAMO_SETUP)
+    assert not npu_lazy.ran(INDUCTOR_SETUP)
+    npu_lazy.assert_not_loaded("torch_npu._inductor")
+    assert npu_lazy.first_loaded("torch._dynamo") == "wrap"
+
+
+@pytest.mark.npu_lazy(preload=["torch"], block=["triton"])
+def test_wrapper_without_triton(npu_lazy):
+    import torch
+    import torch_npu  # noqa: F401
+
+    fn = npu_lazy.compile(lambda x: torch.cos(x) * 3, backend="inductor")
+    npu_lazy.assert_not_loaded("triton", "torch_npu._inductor")
+    assert not npu_lazy.ran(INDUCTOR_SETUP)
+    fn(torch.randn(8, device=npu_lazy.device))  # still compiles, for the CPU, and matches eager
+    assert npu_lazy.first_loaded("torch_npu._inductor") == "first_call"
+    npu_lazy.assert_not_loaded("triton")
+
+
+@pytest.mark.npu_lazy(preload=["torch"], block=["triton.language.extra.ascend", "triton.backends.ascend"])
+def test_wrapper_with_triton_lacking_the_ascend_extension(npu_lazy):
+    """The environment of the bug that shipped: Triton without its Ascend parts.
+
+    With upstream Triton the blocked modules do not exist at all; with
+    triton-ascend installed, triton's own backend discovery then fails to
+    import, and torch treats Triton as absent. Either way the wrapper must
+    be created without touching the Ascend extension.
+    """
+    import torch
+    import torch_npu  # noqa: F401
+
+    npu_lazy.compile(lambda x: x * 2, backend="inductor")
+    assert not npu_lazy.ran(INDUCTOR_SETUP)
+    npu_lazy.assert_not_loaded("torch_npu._inductor", "triton.language.extra.ascend", "triton.backends.ascend")
