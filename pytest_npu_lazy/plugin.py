@@ -29,7 +29,10 @@ class _PluginState:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from .report import add_options as add_report_options
+
     add_options(parser)
+    add_report_options(parser)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -54,6 +57,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     RECORDER.install(phase="pytest")  # when loaded after conftests (pytester, -p in an ini file)
     _activate_cann(config)
+    from .report import Reporter
+
+    config.pluginmanager.register(Reporter(config), "npu_lazy_reporter")
     fd = os.environ.pop("PYTEST_NPU_LAZY_CHILD_FD", None)
     if fd is not None:
         from .child import SpawnedSession
