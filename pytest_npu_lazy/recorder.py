@@ -227,6 +227,22 @@ class ImportRecorder:
             record = self.records.get(record.parent) if record.parent else None
         return chain
 
+    def links(self, name: str) -> list[tuple[str, CodeLocation | None]]:
+        """The chain as (module, where its code asked for the previous link) pairs.
+
+        Importers and the modules of the code paths between them alternate:
+        ``torch_npu._inductor <- torch_npu.utils._dynamo (register_inductor_npu)
+        <- ... <- the test``.
+        """
+        links: list[tuple[str, CodeLocation | None]] = []
+        for record in self.chain(name):
+            if not links or links[-1][0] != record.name:
+                links.append((record.name, None))
+            for caller in record.callers:
+                if caller.module not in (links[-1][0], record.parent):
+                    links.append((caller.module, caller))
+        return links
+
     def in_phase(self, phase: str) -> list[ImportRecord]:
         return [r for r in self.records.values() if r.phase == phase]
 
@@ -286,17 +302,21 @@ class ImportRecorder:
         return module
 
     def _locate(self, record: ImportRecord, frame, root: bool) -> None:
+        """The line that asked for the module, and the code path that led there.
+
+        For a module imported by another module's code, the path ends where
+        the importer's own import began; for the first import of a chain it
+        ends at the test harness.
+        """
         while frame is not None and _is_machinery(frame.f_code.co_filename):
             frame = frame.f_back
         if frame is None:
             return
         record.trigger = _location(frame)
-        if not root:
-            return
         callers = []
         while frame is not None and len(callers) < _MAX_CALLERS:
             filename = frame.f_code.co_filename
-            if _is_harness(filename):
+            if _is_harness(filename) or (_is_machinery(filename) and not root):
                 break
             if not _is_machinery(filename):
                 callers.append(_location(frame))
