@@ -99,6 +99,7 @@ class ChildRun:
         self.phases_reported: dict[str, str] = {}
         self.files: dict[str, int] = {}
         self.child: Child | None = None
+        self.internal_error: str | None = None  # a traceback of pytest-npu-lazy's own code in the child
 
     def run(self) -> None:
         try:
@@ -143,6 +144,8 @@ class ChildRun:
                 self._finish_with(payload["text"], error=payload["error"])
             elif kind == "interrupted":
                 self._interrupt(payload)
+            elif kind == "internal_error":
+                self.internal_error = payload["text"]
             elif kind == "finished":
                 return
 
@@ -164,6 +167,9 @@ class ChildRun:
     def _crashed(self) -> None:
         status = self.child.exit_status(EXIT_STATUS_TIMEOUT)
         how = describe_status(status)
+        if self.internal_error:
+            self._finish_with(f"the isolated child (pid {self.child.pid}) ended with {how}", error=True)
+            return
         if status is not None and os.WIFEXITED(status):
             text = f"CRASHED: the isolated child (pid {self.child.pid}) ended with {how} before it finished reporting"
         else:
@@ -202,6 +208,8 @@ class ChildRun:
             when = "call"
         else:
             when = "teardown"
+        if self.internal_error:
+            text += "\n\npytest-npu-lazy failed inside the child (please report this):\n" + self.internal_error
         stacks = self._read_file("stacks")
         if stacks:
             text += "\n\nPython stacks of the child when it ended:\n" + stacks

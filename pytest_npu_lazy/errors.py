@@ -28,3 +28,7 @@ class BlockError(ProbeUsageError):
 
 class ZygoteError(NpuLazyError):
     """A zygote could not be started, refused to fork, or died."""
+
+
+class NpuLazyWarning(UserWarning):
+    """Something the user should know that does not fail a test (what a zygote's preload printed...)."""

@@ -12,6 +12,7 @@ for a socket message, not for a fork.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import os
@@ -19,12 +20,13 @@ import select
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
 
-from .errors import ZygoteError
+from .errors import NpuLazyWarning, ZygoteError
 from .processes import ChildWatcher, die_with_parent, kill_group
 from .protocol import Channel, ChannelClosed, Message
 from .recorder import RECORDER
@@ -103,18 +105,13 @@ def serve_zygote(channel: Channel, session, baseline: Baseline) -> None:
     _become_server(signal.SIGKILL)
     os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "1" if baseline.autoload else "0"
     RECORDER.set_phase("preload")
-    error = None
-    for module in baseline.preload:
-        try:
-            importlib.import_module(module)
-        except BaseException:  # report any failure, even SystemExit from a module
-            error = f"importing preload module {module!r} failed:\n{traceback.format_exc()}"
-            break
+    with _captured_output() as output:
+        error = import_preload(baseline)
     RECORDER.sweep()
     gc.collect()
     if hasattr(gc, "freeze"):
         gc.freeze()  # children then share the heap instead of copying it on first collection
-    channel.send("ready", pid=os.getpid(), error=error, warnings=_thread_warnings())
+    channel.send("ready", pid=os.getpid(), error=error, output=output.read(), warnings=_thread_warnings())
 
     def handle(message: Message) -> None:
         if message.kind != "fork_child":
@@ -140,6 +137,44 @@ def serve_zygote(channel: Channel, session, baseline: Baseline) -> None:
         ours.close()
 
     _serve(channel, handle)
+
+
+def import_preload(baseline: Baseline) -> str | None:
+    """Import the baseline; the error text when one of its modules fails."""
+    for module in baseline.preload:
+        try:
+            importlib.import_module(module)
+        except BaseException:  # report any failure, even SystemExit from a module
+            return f"importing preload module {module!r} failed:\n{traceback.format_exc()}"
+    return None
+
+
+class _Output:
+    def __init__(self) -> None:
+        self.file = tempfile.TemporaryFile()
+
+    def read(self) -> str:
+        self.file.seek(0)
+        return self.file.read().decode("utf-8", "replace")
+
+
+@contextlib.contextmanager
+def _captured_output():
+    """What the preload prints belongs in the report, not scattered over the terminal."""
+    output = _Output()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    os.dup2(output.file.fileno(), 1)
+    os.dup2(output.file.fileno(), 2)
+    try:
+        yield output
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd, original in zip((1, 2), saved):
+            os.dup2(original, fd)
+            os.close(original)
 
 
 def _run_forked(body, close) -> None:
@@ -219,7 +254,11 @@ class ZygoteHandle:
 
     def _handle(self, message: Message) -> ChildHandle | None:
         if message.kind == "ready":
-            self.ready, self.error, self.warnings = True, message.payload["error"], message.payload["warnings"]
+            self.ready, self.error = True, message.payload["error"]
+            self.warnings = list(message.payload["warnings"])
+            if message.payload["output"].strip():
+                self.warnings.append(f"the zygote's preload {list(self.baseline.preload)} printed:\n"
+                                     + message.payload["output"].rstrip())
         elif message.kind == "child_exited":
             self.exited[message.payload["pid"]] = message.payload["status"]
         elif message.kind == "child_forked":
@@ -328,7 +367,16 @@ class ZygotePool:
             zygote = self._zygotes[baseline] = self._start_zygote(baseline)
         if wait and not zygote.ready:
             zygote.wait_ready()
+            for text in zygote.warnings:
+                self._warn(text)
         return zygote
+
+    def _warn(self, text: str) -> None:
+        import warnings
+
+        self.session.config.hook.pytest_warning_recorded.call_historic(kwargs=dict(
+            warning_message=warnings.WarningMessage(NpuLazyWarning(text), NpuLazyWarning, "<npu_lazy zygote>", 0),
+            when="runtest", nodeid="", location=None))
 
     def _start_zygote(self, baseline: Baseline) -> ZygoteHandle:
         if self._root is None:
@@ -356,12 +404,10 @@ class ZygotePool:
         if self._root is not None:
             self._root.close()
         self.start_root()
-        import warnings
-
-        warnings.warn(
-            "pytest-npu-lazy: the root zygote died and was forked again from the pytest process, which has "
-            "imported test modules by now; modules they imported are part of the new baseline, and the "
-            "npu_lazy guard reports any test that asserts about them.", stacklevel=1)
+        self._warn(
+            "the root zygote died and was forked again from the pytest process, which has imported test "
+            "modules by now; modules they imported are part of the new baseline, and the npu_lazy guard "
+            "reports any test that asserts about them.")
 
     def child(self, item, settings) -> ChildHandle:
         """A forked child for ``settings.baseline`` (the Launcher protocol of the controller)."""
@@ -369,9 +415,6 @@ class ZygotePool:
         if zygote.error:
             raise ZygoteError(f"{settings.baseline.label} could not be prepared: {zygote.error}")
         return zygote.take_child()
-
-    def zygote_warnings(self) -> list[str]:
-        return [w for z in self._zygotes.values() for w in z.warnings]
 
     def shutdown(self) -> None:
         for zygote in self._zygotes.values():
