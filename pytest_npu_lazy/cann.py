@@ -32,7 +32,6 @@ import sysconfig
 import tempfile
 import time
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -41,10 +40,6 @@ from importlib.util import find_spec
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Iterable, Iterator, Mapping
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.version import InvalidVersion
 
 MODES = ("auto", "real", "stub", "off")
 
@@ -107,6 +102,9 @@ class _Elf:
 
 def _read_elf(stream: BinaryIO, label: str) -> _Elf:
     """Read the dynamic-linking view of one ELF file (struct-parsed: pyelftools per symbol is slow)."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
     try:
         elf = ELFFile(stream)
     except ELFError as exc:
@@ -486,6 +484,9 @@ def _package_dir(package_dir: str | os.PathLike | None) -> Path:
 
 
 def _satisfies(version: str | None, requirement: str | None) -> bool:
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion
+
     if version is None or requirement is None:
         return False
     try:
@@ -685,6 +686,8 @@ def build_stub(
     The build happens in a private temporary directory that is renamed into place, under a
     file lock, so concurrent builders never see or leave a half-written stub.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     final = root / spec.key()
     if (final / MANIFEST_NAME).is_file():

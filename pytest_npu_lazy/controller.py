@@ -40,6 +40,8 @@ class Child(Protocol):
 
     def exit_status(self, timeout: float = ...) -> int | None: ...
 
+    def lost_parent(self) -> str | None: ...
+
     def close(self) -> None: ...
 
 
@@ -169,6 +171,10 @@ class ChildRun:
         how = describe_status(status)
         if self.internal_error:
             self._finish_with(f"the isolated child (pid {self.child.pid}) ended with {how}", error=True)
+            return
+        lost = self.child.lost_parent()
+        if lost:
+            self._finish_with(f"ERROR: {lost}", error=True)
             return
         if status is not None and os.WIFEXITED(status):
             text = f"CRASHED: the isolated child (pid {self.child.pid}) ended with {how} before it finished reporting"

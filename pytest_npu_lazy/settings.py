@@ -219,6 +219,11 @@ def _check_module_names(source: str, names, error=pytest.UsageError) -> None:
             raise error(f"{source}: {name!r} is not a module name; use dotted names such as 'torch' or 'torch_npu'.")
 
 
+#: pytest-timeout acts first inside the child, with its own report; the kill is the backstop
+#: for a test stuck where its signal cannot reach (a C call that released the GIL).
+PYTEST_TIMEOUT_GRACE = 5.0
+
+
 def _timeout_marker(item: pytest.Item, default: float | None) -> float | None:
     """pytest-timeout's marker, when that plugin is installed and the test has one."""
     marker = item.get_closest_marker("timeout")
@@ -226,6 +231,7 @@ def _timeout_marker(item: pytest.Item, default: float | None) -> float | None:
         return default
     value = marker.kwargs.get("timeout", marker.args[0] if marker.args else None)
     try:
-        return float(value) or None
+        seconds = float(value)
     except (TypeError, ValueError):
         return default
+    return seconds + PYTEST_TIMEOUT_GRACE if seconds > 0 else None

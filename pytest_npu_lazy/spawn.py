@@ -43,6 +43,9 @@ class SpawnedChild:
             return None
         return -code if code < 0 else code << 8
 
+    def lost_parent(self) -> str | None:
+        return None  # a spawned child has no zygote to lose
+
     def close(self) -> None:
         self.channel.close()
         if self.process.poll() is None:

@@ -25,10 +25,11 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .errors import NpuLazyWarning, ZygoteError
 from .processes import ChildWatcher, die_with_parent, kill_group
-from .protocol import Channel, ChannelClosed, Message
+from .protocol import Channel, ChannelClosed, Message, describe_status
 from .recorder import RECORDER
 from .settings import Baseline
 
@@ -235,6 +236,14 @@ class ChildHandle:
     def exit_status(self, timeout: float = 10.0) -> int | None:
         return self.zygote.exit_status(self.pid, timeout)
 
+    def lost_parent(self) -> str | None:
+        """Why the child died with its zygote, when it did."""
+        if not self.zygote.dead:
+            return None
+        status = self.zygote.death_status()
+        return (f"the zygote (pid {self.zygote.pid}, {self.zygote.baseline.label}) died while this test ran, "
+                f"with {describe_status(status)}; its children died with it. A new zygote serves the next tests.")
+
     def close(self) -> None:
         self.channel.close()
 
@@ -251,6 +260,8 @@ class ZygoteHandle:
     fork_requested: bool = False
     exited: dict[int, int] = field(default_factory=dict)
     dead: bool = False
+    #: asks the root how this zygote ended; set by the pool
+    death_status: Callable[[], int | None] = lambda: None
 
     def _handle(self, message: Message) -> ChildHandle | None:
         if message.kind == "ready":
@@ -343,6 +354,7 @@ class ZygotePool:
         self.root_pid: int | None = None
         self._root: Channel | None = None
         self._zygotes: dict[Baseline, ZygoteHandle] = {}
+        self._zygote_exits: dict[int, int] = {}
         self.root_restarts = 0
 
     def start_root(self) -> None:
@@ -391,10 +403,28 @@ class ZygotePool:
                                       f"{FORK_TIMEOUT:.0f} s")
                 if message.kind == "zygote_started" and message.payload["key"] == key:
                     channel = Channel(_socket_from_fd(message.fds[0]))
-                    return ZygoteHandle(baseline, message.payload["pid"], channel)
+                    pid = message.payload["pid"]
+                    return ZygoteHandle(baseline, pid, channel, death_status=lambda: self._zygote_status(pid))
+                if message.kind == "child_exited":
+                    self._zygote_exits[message.payload["pid"]] = message.payload["status"]
         except (ChannelClosed, OSError):
             self._restart_root()
             return self._start_zygote(baseline)
+
+    def _zygote_status(self, pid: int, timeout: float = 5.0) -> int | None:
+        """How a zygote ended, as its parent (the root) saw it."""
+        deadline = time.monotonic() + timeout
+        while pid not in self._zygote_exits and self._root is not None:
+            remaining = deadline - time.monotonic()
+            try:
+                message = self._root.recv(max(remaining, 0)) if remaining > 0 else None
+            except ChannelClosed:
+                return None
+            if message is None:
+                return None
+            if message.kind == "child_exited":
+                self._zygote_exits[message.payload["pid"]] = message.payload["status"]
+        return self._zygote_exits.get(pid)
 
     def _restart_root(self) -> None:
         """The root died: fork a new one from this (already collected) process and say so."""
