@@ -76,6 +76,21 @@ class IsolationController:
             self._log_finish(item)
         return True
 
+    def _isolated(self, item: pytest.Item) -> bool:
+        try:
+            return self.resolver.for_item(item).isolated
+        except MarkerError:
+            return False
+
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)
+    def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool | None:
+        """pytest-timeout times an isolated test inside its child; a timer here would fire into this loop."""
+        return True if self._isolated(item) else None
+
+    @pytest.hookimpl(optionalhook=True, tryfirst=True)
+    def pytest_timeout_cancel_timer(self, item: pytest.Item) -> bool | None:
+        return True if self._isolated(item) else None
+
     @staticmethod
     def _log_start(item: pytest.Item) -> None:
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
@@ -218,7 +233,7 @@ class ChildRun:
             text += "\n\npytest-npu-lazy failed inside the child (please report this):\n" + self.internal_error
         stacks = self._read_file("stacks")
         if stacks:
-            text += "\n\nPython stacks of the child when it ended:\n" + stacks
+            text += "\n\nPython stacks of the child when it ended (most recent call first):\n" + trim_stacks(stacks)
         sections = [(f"Captured {name} {when}", content) for name in ("stdout", "stderr")
                     if (content := self._read_file(name))]
         if "teardown" in reported:
@@ -232,6 +247,25 @@ class ChildRun:
         self.config.hook.pytest_warning_recorded.call_historic(kwargs=dict(
             warning_message=warnings.WarningMessage(pytest.PytestWarning(text), pytest.PytestWarning, "", 0),
             when="runtest", nodeid=self.item.nodeid, location=None))
+
+
+_HARNESS_FRAMES = ("/_pytest/", "/pluggy/", "/pytest_npu_lazy/", "<frozen runpy>", "/pytest/__main__.py")
+
+
+def trim_stacks(dump: str) -> str:
+    """faulthandler's dump without the frames of pytest and of this plugin, which say nothing about the test."""
+    kept, omitted = [], 0
+    for line in dump.splitlines():
+        if line.lstrip().startswith("File ") and any(part in line for part in _HARNESS_FRAMES):
+            omitted += 1
+            continue
+        if omitted and not line.lstrip().startswith("File "):
+            kept.append(f"  ... {omitted} frames of pytest and pytest-npu-lazy omitted")
+            omitted = 0
+        kept.append(line)
+    if omitted:
+        kept.append(f"  ... {omitted} frames of pytest and pytest-npu-lazy omitted")
+    return "\n".join(kept) + "\n"
 
 
 def synthesized(item: pytest.Item, when: str, text: str, error: bool,

@@ -1,0 +1,278 @@
+"""Crashes, hangs, dead zygotes and interrupts: every test gets its reports, no process is left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("fake_heavy_package")
+
+CRASHES = """
+import os, signal, sys
+import pytest
+
+pytestmark = pytest.mark.npu_lazy(preload=[])
+
+def test_segfault():
+    print("before the segfault")
+    sys.stderr.write("stderr before the segfault\\n")
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+def test_abort():
+    print("before the abort")
+    os.abort()
+
+def test_exit_zero_before_reporting():
+    print("before exit 0")
+    os._exit(0)
+
+def test_exit_three_before_reporting():
+    os._exit(3)
+
+@pytest.fixture
+def crashes_in_setup():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def test_killed_in_setup(crashes_in_setup):
+    pass
+
+def test_survivor():
+    pass
+"""
+
+
+def test_crashes_give_exactly_one_failure_each(run_pytest, pytester):
+    pytester.makepyfile(test_crash=CRASHES)
+    run = run_pytest("-p", "no:randomly")
+    assert run.outcomes == {
+        "test_crash.py::test_segfault": "failed",
+        "test_crash.py::test_abort": "failed",
+        "test_crash.py::test_exit_zero_before_reporting": "failed",
+        "test_crash.py::test_exit_three_before_reporting": "failed",
+        "test_crash.py::test_killed_in_setup": "error",
+        "test_crash.py::test_survivor": "passed",
+    }, run.text()
+    per_test = {}
+    for rep in run.reports:
+        per_test.setdefault(rep["nodeid"], []).append((rep["when"], rep["outcome"]))
+    for nodeid, phases in per_test.items():  # a full set each: setup, call (unless setup failed), teardown
+        expected = ["setup", "teardown"] if phases[0] == ("setup", "failed") else ["setup", "call", "teardown"]
+        assert [when for when, _ in phases] == expected, (nodeid, phases)
+    assert sum(o == "failed" for phases in per_test.values() for _, o in phases) == 5
+    segfault = run.report("test_segfault", "call")
+    assert "CRASHED with signal 11 (SIGSEGV)" in segfault["longrepr"]
+    assert "test_crash.py\", line 9 in test_segfault" in segfault["longrepr"]  # where it crashed
+    assert "frames of pytest and pytest-npu-lazy omitted" in segfault["longrepr"]
+    sections = dict(map(tuple, segfault["sections"]))
+    assert sections["Captured stdout call"] == "before the segfault\n"
+    assert sections["Captured stderr call"].startswith("stderr before the segfault\n")
+    assert "CRASHED with signal 6 (SIGABRT)" in run.report("test_abort", "call")["longrepr"]
+    exit_zero = run.report("test_exit_zero_before_reporting", "call")
+    assert "ended with exit status 0 before it finished reporting" in exit_zero["longrepr"]
+    assert dict(map(tuple, exit_zero["sections"]))["Captured stdout call"] == "before exit 0\n"
+    assert "exit status 3" in run.report("test_exit_three_before_reporting", "call")["longrepr"]
+    assert "CRASHED with signal 9 (SIGKILL)" in run.report("test_killed_in_setup", "setup")["longrepr"]
+    assert "5 failed" not in run.result.stdout.lines[-1] and "4 failed, 1 passed, 1 error" in run.result.stdout.lines[-1]
+
+
+HANGS = """
+import os, subprocess, sys, time
+import pytest
+
+@pytest.mark.npu_lazy(preload=[], timeout=1)
+def test_hangs_with_a_grandchild(tmp_path_factory):
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(os.environ["HANG_PIDS"], "w") as f:
+        f.write(f"{os.getpid()} {os.getppid()} {worker.pid}")
+    time.sleep(600)
+
+@pytest.mark.npu_lazy(preload=[])
+def test_after_the_hang():
+    with open(os.environ["HANG_PIDS"] + ".after", "w") as f:
+        f.write(str(os.getppid()))
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}/stat").exists() else "X"
+    return status not in ("Z", "X")
+
+
+def test_hanging_test_is_killed_with_its_group_and_the_zygote_lives_on(run_pytest, pytester, monkeypatch):
+    pids_file = pytester.path / "pids"
+    monkeypatch.setenv("HANG_PIDS", str(pids_file))
+    pytester.makepyfile(test_hang=HANGS)
+    started = time.monotonic()
+    run = run_pytest("-p", "no:randomly")
+    assert time.monotonic() - started < 60
+    assert run.outcomes == {"test_hang.py::test_hangs_with_a_grandchild": "failed",
+                            "test_hang.py::test_after_the_hang": "passed"}, run.text()
+    message = run.report("test_hangs_with_a_grandchild", "call")["longrepr"]
+    assert "TIMEOUT: the isolated test ran longer than 1 s" in message
+    assert "test_hang.py\", line 9 in test_hangs_with_a_grandchild" in message  # the stack dump
+    child, zygote, worker = map(int, pids_file.read_text().split())
+    assert not _alive(child) and not _alive(worker)
+    assert int((pytester.path / "pids.after").read_text()) == zygote  # same zygote served the next test
+
+
+def test_pytest_timeout_marker_is_honoured(run_pytest, pytester):
+    pytester.makepyfile(test_pt="""
+        import time
+        import pytest
+
+        @pytest.mark.npu_lazy(preload=[])
+        @pytest.mark.timeout(1)
+        def test_sleeps():
+            time.sleep(600)
+    """)
+    run = run_pytest()
+    assert run.outcomes == {"test_pt.py::test_sleeps": "failed"}, run.text()
+    assert "Timeout" in run.report("test_sleeps", "call")["longrepr"]
+
+
+def test_killed_zygote_errors_the_test_and_is_replaced(run_pytest, pytester):
+    pytester.makepyfile(test_zygote="""
+        import os, signal, time
+        import pytest
+
+        pytestmark = pytest.mark.npu_lazy(preload=[])
+
+        def test_1_before():
+            print(os.getppid())
+
+        def test_2_kills_its_zygote():
+            os.kill(os.getppid(), signal.SIGKILL)
+            time.sleep(30)
+
+        def test_3_after():
+            print(os.getppid())
+    """)
+    run = run_pytest("-p", "no:randomly")
+    assert run.outcomes == {"test_zygote.py::test_1_before": "passed",
+                            "test_zygote.py::test_2_kills_its_zygote": "error",
+                            "test_zygote.py::test_3_after": "passed"}, run.text()
+    message = run.report("test_2_kills_its_zygote", "call")["longrepr"]
+    assert "died while this test ran, with signal 9 (SIGKILL)" in message
+    before = dict(map(tuple, run.report("test_1_before", "call")["sections"]))["Captured stdout call"]
+    after = dict(map(tuple, run.report("test_3_after", "call")["sections"]))["Captured stdout call"]
+    assert before != after
+
+
+def test_preload_that_fails_errors_each_affected_test(run_pytest, pytester):
+    pytester.makepyfile(broken_dep="raise ImportError('broken_dep needs libfoo')\n", test_pre="""
+        import pytest
+
+        @pytest.mark.npu_lazy(preload=["broken_dep"])
+        @pytest.mark.parametrize("n", range(2))
+        def test_needs_broken(n):
+            pass
+
+        @pytest.mark.npu_lazy(preload=[])
+        def test_other_baseline():
+            pass
+    """)
+    run = run_pytest()
+    assert run.outcomes == {"test_pre.py::test_needs_broken[0]": "error",
+                            "test_pre.py::test_needs_broken[1]": "error",
+                            "test_pre.py::test_other_baseline": "passed"}, run.text()
+    message = run.report("test_needs_broken[0]", "setup")["longrepr"]
+    assert "importing preload module 'broken_dep' failed" in message
+    assert "ImportError: broken_dep needs libfoo" in message
+    assert "INTERNALERROR" not in run.text()
+
+
+def test_zygote_with_an_initialised_device_refuses_to_fork(run_pytest, pytester):
+    pytester.makepyfile(fake_gpu_runtime="""
+        import sys, types
+        # what torch.cuda looks like once a preload touched the GPU
+        sys.modules["torch.cuda"] = types.SimpleNamespace(is_initialized=lambda: True)
+    """, test_gpu="""
+        import pytest
+
+        @pytest.mark.npu_lazy(preload=["fake_gpu_runtime"])
+        def test_forked():
+            pass
+    """)
+    run = run_pytest()
+    assert run.outcomes == {"test_gpu.py::test_forked": "error"}, run.text()
+    message = run.report("test_forked", "setup")["longrepr"]
+    assert "refused to fork: CUDA was initialised in the zygote" in message
+    assert "isolation='spawn'" in message
+
+
+def test_threads_in_a_zygote_are_named_in_a_warning(run_pytest, pytester):
+    pytester.makepyfile(starts_thread="""
+        import threading, time
+        threading.Thread(target=time.sleep, args=(600,), name="telemetry-uploader", daemon=True).start()
+    """, test_thr="""
+        import pytest
+
+        @pytest.mark.npu_lazy(preload=["starts_thread"])
+        def test_forked():
+            pass
+    """)
+    run = run_pytest()
+    assert run.outcomes == {"test_thr.py::test_forked": "passed"}, run.text()
+    assert "1 Python thread(s) besides the main one (telemetry-uploader)" in run.text()
+
+
+LONG = """
+import os, time
+import pytest
+
+@pytest.mark.npu_lazy(preload=[])
+@pytest.mark.parametrize("n", range(4))
+def test_long(n):
+    open(os.environ["STARTED_FILE"] + str(n), "w").close()
+    time.sleep(600)
+"""
+
+
+def _tagged_processes(tag: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if tag.encode() in (entry / "environ").read_bytes():
+                    state = (entry / "stat").read_text().split()[2]
+                    if state != "Z":
+                        found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_interrupt_leaves_no_process(pytester, tmp_path, how, workers):
+    pytester.makepyfile(test_long=LONG)
+    tag = f"NPU_LAZY_LEAK_TAG={uuid.uuid4()}"
+    env = dict(os.environ, STARTED_FILE=str(tmp_path / "started"), NPU_LAZY_LEAK_TAG=tag.split("=")[1])
+    process = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", str(workers)],
+                               cwd=pytester.path, env=env, start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("started*")):
+        assert time.monotonic() < deadline and process.poll() is None, process.communicate()[0].decode()
+        time.sleep(0.05)
+    assert _tagged_processes(tag.split("=")[1])
+    if how == "SIGINT":
+        os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    else:
+        process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=60)
+    deadline = time.monotonic() + 10
+    while _tagged_processes(tag.split("=")[1]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _tagged_processes(tag.split("=")[1]) == [], output.decode()
