@@ -1010,8 +1010,21 @@ def _already_imported(mode: str, cache_root: Path) -> CannStatus:
     )
 
 
+def _inherited_stub_dirs() -> list[str]:
+    """Stub builds on LD_LIBRARY_PATH, put there by a parent process that activated the stub."""
+    return [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+            if d and Path(d, MANIFEST_NAME).is_file()]
+
+
 def _activate(mode: str, cache_root: Path) -> CannStatus:
     if mode == "off":
+        inherited = _inherited_stub_dirs()
+        if inherited:  # the dynamic linker read LD_LIBRARY_PATH at start-up: too late to take it back
+            raise CannError(
+                f"CANN mode 'off' was asked for, but LD_LIBRARY_PATH holds the CANN host stub "
+                f"({inherited[0]}), inherited from the process that started this one, so torch_npu would "
+                "load it anyway. Remove that directory from LD_LIBRARY_PATH (and unset "
+                f"{ENV_MODE}) before starting pytest, or use another CANN mode.")
         return CannStatus(mode, "off", None, None, "CANN activation switched off")
     try:
         package_dir = _package_dir(None)
