@@ -86,7 +86,7 @@ def test_require_npu_fails_the_run_on_the_stub(run_pytest, pytester):
     assert run.outcomes == {}
 
 
-def test_bad_cann_mode_in_ini(run_pytest, pytester):
+def test_bad_cann_mode_in_ini(run_pytest, pytester, without_inherited_stub):
     pytester.makeini("[pytest]\nnpu_lazy_cann = sometimes\n")
     run = run_pytest()
     assert run.result.ret == pytest.ExitCode.USAGE_ERROR
