@@ -235,11 +235,18 @@ class ImportRecorder:
         <- ... <- the test``.
         """
         links: list[tuple[str, CodeLocation | None]] = []
-        for record in self.chain(name):
+        chain = self.chain(name)
+        where_in_importer: CodeLocation | None = None
+        for record, importer in zip(chain, [*chain[1:], None]):
             if not links or links[-1][0] != record.name:
-                links.append((record.name, None))
+                links.append((record.name, where_in_importer))
+            where_in_importer = None
+            if importer is not None and record.trigger == importer.trigger:
+                continue  # a parent package loaded for the submodule asked for: same code path
             for caller in record.callers:
-                if caller.module not in (links[-1][0], record.parent):
+                if caller.module == record.parent:
+                    where_in_importer = where_in_importer or caller  # the importer's own line
+                elif caller.module != links[-1][0]:
                     links.append((caller.module, caller))
         return links
 

@@ -24,7 +24,8 @@ def test_failure_names_module_phase_chain_and_line(run_pytest, pytester):
     assert run.outcomes == {"test_prov.py::test_regression": "failed"}, run.text()
     message = run.report("test_regression", "call")["longrepr"]
     assert "'heavy.helpers' must not be loaded yet, but it was loaded during phase 'wrap'" in message
-    assert "import chain: heavy.helpers <- heavy.core <- test_prov (test_prov.py:4 in load_it)" in message
+    assert ("import chain: heavy.helpers <- heavy.core (heavy/core.py:1 in <module>) "
+            "<- test_prov (test_prov.py:4 in load_it)") in message
     assert "triggered at: heavy/core.py:1 in <module>" in message
     assert "from heavy import helpers" in message  # the source line
 
