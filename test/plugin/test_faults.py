@@ -276,3 +276,25 @@ def test_interrupt_leaves_no_process(pytester, tmp_path, how, workers):
     while _tagged_processes(tag.split("=")[1]) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _tagged_processes(tag.split("=")[1]) == [], output.decode()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_normal_exit_and_failures_leave_no_process(pytester, workers):
+    pytester.makepyfile(test_short="""
+        import pytest
+
+        @pytest.mark.npu_lazy(preload=[])
+        @pytest.mark.parametrize("n", range(4))
+        def test_short(n):
+            assert n % 2
+    """)
+    tag = str(uuid.uuid4())
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", str(workers)],
+                          cwd=pytester.path, env=dict(os.environ, NPU_LAZY_LEAK_TAG=tag),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout
+    assert "2 failed, 2 passed" in done.stdout
+    deadline = time.monotonic() + 5
+    while _tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _tagged_processes(tag) == []
