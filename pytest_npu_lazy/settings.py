@@ -104,6 +104,9 @@ def cann_mode(early_config: pytest.Config) -> str:
     return value
 
 
+_RESOLVED = pytest.StashKey["TestSettings | MarkerError"]()
+
+
 class Resolver:
     """Resolves settings; the session-wide part once, the marker part per test."""
 
@@ -142,7 +145,19 @@ class Resolver:
         return seconds or None
 
     def for_item(self, item: pytest.Item) -> TestSettings:
-        """Raise MarkerError when the marker is misused."""
+        """Raise MarkerError when the marker is misused; resolved once per item."""
+        resolved = item.stash.get(_RESOLVED, None)
+        if resolved is None:
+            try:
+                resolved = self._resolve(item)
+            except MarkerError as exc:
+                resolved = exc
+            item.stash[_RESOLVED] = resolved
+        if isinstance(resolved, MarkerError):
+            raise MarkerError(str(resolved))
+        return resolved
+
+    def _resolve(self, item: pytest.Item) -> TestSettings:
         options = marker_options(item)
         isolated = self.isolate == "all" or (self.isolate == "marked" and item.get_closest_marker("npu_lazy") is not None)
         preload = options.get("preload", self.default_baseline.preload)
