@@ -134,6 +134,7 @@ class TestRun:
         self.settings = settings
         self.nodeid = nodeid
         self.state = probe.new_state(nodeid, isolation, settings.baseline.label, settings.baseline.preload)
+        self.state.watch = tuple(config.getini("npu_lazy_watch"))
         probe.set_active_state(self.state)
         self.relay = ChildRelay(channel, config, self.state)
         self._stacks = tempfile.TemporaryFile()
@@ -179,6 +180,11 @@ class TestRun:
             self.channel.send("interrupted", exception="KeyboardInterrupt", message=str(exc), returncode=None)
         except Exit as exc:
             self.channel.send("interrupted", exception="Exit", message=exc.msg, returncode=exc.returncode)
+        except BaseException:
+            import traceback
+
+            self.channel.send("internal_error", text=traceback.format_exc())
+            raise
         self.channel.send("finished")
 
 

@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterator
 from .blocking import ModuleBlocker
 from .errors import BaselineContaminatedError, BlockError, ProbeUsageError
 from .modules import unknown_name_problem
-from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder, _is_harness
+from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder
+from .schema import DEFAULT_WATCH
 from .tracking import CallTracker
 
 #: Phases the runner sets around pytest's own protocol; tests cannot reuse them.
@@ -55,6 +56,8 @@ class ProbeState:
     phases: list[PhaseSpan] = field(default_factory=list)
     blocker: ModuleBlocker = field(default_factory=ModuleBlocker)
     tracker: CallTracker | None = None
+    #: modules whose loading a failing phase explains (ini npu_lazy_watch)
+    watch: tuple[str, ...] = DEFAULT_WATCH
 
     def __post_init__(self) -> None:
         if self.tracker is None:
@@ -79,9 +82,24 @@ class ProbeState:
             span.entries += 1
         try:
             yield span
+        except BaseException as exc:
+            self._explain_failure(name, exc)
+            raise
         finally:
             self.recorder.set_phase(previous)
             span.ended = self.recorder._now()
+
+    def _explain_failure(self, phase: str, exc: BaseException) -> None:
+        """A phase that raised (a wrapper that cannot be created...) says which watched modules it loaded."""
+        if not hasattr(exc, "add_note"):  # Python < 3.11
+            return
+        self.recorder.sweep()
+        for pattern in self.watch:
+            records = [r for r in self.recorder.loaded(pattern) if r.phase == phase]
+            if records:
+                first = _explaining_record(records, pattern)
+                exc.add_note(f"npu_lazy: phase {phase!r} raised after it loaded watched module {first.name!r} "
+                             f"(loaded during phase {phase!r})\n{format_chain(self.recorder, first.name)}")
 
     def runner_phase(self, name: str) -> None:
         """Switch to a runner phase (setup, test, teardown), closing the previous one."""
@@ -100,20 +118,54 @@ class ProbeState:
         self.blocker.restore()
 
     def summary(self) -> dict:
-        """Plain data for reports: phases with durations and the modules first loaded in each."""
+        """Plain data for the reports (terminal, JSON, JUnit, budget, HTML), sent home with the teardown report.
+
+        Per phase: its place in time (seconds from the test's start), the
+        modules first loaded in it with importer, start and duration (the
+        waterfall), their count (the budget), and for each ``watch`` pattern
+        with a first load here, the module that explains it with its import
+        chain. Chains are kept for watched modules only, to stay small.
+        """
+        watch = self.watch
+        from .recorder import matches
+
+        t0 = self.baseline_cutoff
         by_phase: dict[str, list[ImportRecord]] = {}
         for record in self.recorder.iter_records():
-            if record.started >= self.baseline_cutoff and record.status in ("loaded", "untracked"):
+            if record.started >= t0 and record.status in ("loaded", "untracked"):
                 by_phase.setdefault(record.phase, []).append(record)
+        spans = [(span.name, span.parent, span.started - t0, span.duration) for span in self.phases]
+        named = {span.name for span in self.phases}
+        # loads between the test's start and its first runner phase keep the phase they happened in
+        spans[:0] = [(name, None, records[0].started - t0, 0.0)
+                     for name, records in by_phase.items() if name not in named]
+
+        def watched(records: list[ImportRecord]) -> list[dict]:
+            found = []
+            for pattern in watch:
+                hits = [r for r in records if matches(r.name, pattern)]
+                if not hits:
+                    continue
+                first = next((r for r in hits if r.name == pattern), hits[0])
+                found.append({
+                    "pattern": pattern, "module": first.name, "count": len(hits), "duration": first.duration,
+                    "chain": [m if where is None else f"{m} ({where})" for m, where in self.recorder.links(first.name)],
+                    "trigger": str(first.trigger) if first.trigger is not None else None,
+                })
+            return found
+
         return {
             "isolation": self.isolation,
             "baseline": self.baseline_label,
             "preload": list(self.preload),
             "blocked": list(self.blocker.blocked),
+            "watch": list(watch),
             "phases": [
-                {"name": span.name, "parent": span.parent, "duration": span.duration,
-                 "modules": [r.name for r in by_phase.get(span.name, [])]}
-                for span in self.phases
+                {"name": name, "parent": parent, "start": start, "duration": duration,
+                 "module_count": len(by_phase.get(name, [])),
+                 "modules": [_module_entry(r, t0) for r in by_phase.get(name, [])],
+                 "watched": watched(by_phase.get(name, []))}
+                for name, parent, start, duration in spans
             ],
         }
 
@@ -139,14 +191,21 @@ class ProbeState:
         return text + "\n" + format_chain(self.recorder, name)
 
 
+def _module_entry(record: ImportRecord, t0: float) -> dict:
+    """A module in a summary; one that no other load caused keeps the code that asked for it."""
+    entry = {"name": record.name, "parent": record.parent, "start": record.started - t0,
+             "duration": record.duration, "untracked": record.status == "untracked"}
+    if record.parent is None and record.trigger is not None:
+        entry["trigger"] = f"{record.trigger.module} ({record.trigger})"
+    return entry
+
+
 def format_chain(recorder: ImportRecorder, name: str) -> str:
     """The chain and the line that started it, as a person wants to read it."""
     chain = recorder.chain(name)
     if not chain:
         return "  (no import record: loaded outside the import system)"
-    root = chain[-1]
-    links = [record.name for record in chain]
-    links += [f"{c.module} ({c})" for c in _distinct_modules(root.callers)]
+    links = [module if where is None else f"{module} ({where})" for module, where in recorder.links(name)]
     lines = ["  import chain: " + " <- ".join(links)]
     trigger = chain[0].trigger
     if trigger is not None:
@@ -154,17 +213,7 @@ def format_chain(recorder: ImportRecorder, name: str) -> str:
         source = linecache.getline(trigger.filename, trigger.lineno).strip()
         if source:
             lines.append(f"      {source}")
-    if root is not chain[0] and root.trigger is not None and not _is_harness(root.trigger.filename):
-        lines.append(f"  first link {root.name!r} was imported at: {root.trigger}")
     return "\n".join(lines)
-
-
-def _distinct_modules(callers):
-    last = None
-    for caller in callers:
-        if caller.module != last:
-            yield caller
-        last = caller.module
 
 
 class CompiledFunction:
@@ -305,10 +354,7 @@ class NpuLazy:
     def import_chain(self, module: str) -> list[str]:
         """``[module, its importer, ..., the code that started it]``; empty if not loaded."""
         self._check_patterns((module,), guard=False)
-        chain = self._state.recorder.chain(module)
-        links = [r.name for r in chain]
-        if chain:
-            links += [c.module for c in _distinct_modules(chain[-1].callers) if c.module != links[-1]]
+        links = [link for link, _ in self._state.recorder.links(module)]
         return links
 
     def explain(self, module: str) -> str:

@@ -1,12 +1,142 @@
-"""Reports for people and CI: terminal summary, JSON, JUnit properties (work in progress)."""
+"""Reports for people and CI: terminal summary, JSON, JUnit properties, import budget, HTML.
+
+Each isolated test's child attaches ``ProbeState.summary()`` to its teardown
+report as ``report.npu_lazy``. The :class:`Reporter` reads it where pytest's
+own reports are logged: the pytest process, or under pytest-xdist the
+controller (xdist forwards the attribute), never a worker or a child. So
+there is one place that sees every test, and ``-n 2`` writes one file.
+"""
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
 import pytest
+
+from . import budget
+from .schema import (DEFAULT_WATCH, ReportError, document, load_baseline, result_entry, violation_from_text, write_json,
+                     write_text)
+
+_WATCH_HELP = ("modules the reports follow: in which phase each first loaded, and through which import chain "
+               "(default: " + ", ".join(DEFAULT_WATCH) + ")")
 
 
 def add_options(parser: pytest.Parser) -> None:
     """Options and ini keys of the reports."""
+    group = parser.getgroup("npu_lazy")
+    group.addoption("--npu-lazy-json", metavar="PATH", default=None,
+                    help="write a JSON report (schema in docs/reports.md): environment, and per test its outcome, "
+                         "phases, watched modules with import chains, module counts")
+    group.addoption("--npu-lazy-json-modules", action="store_true", default=False,
+                    help="also write every module first loaded per phase, with importer, start and duration "
+                         "(large; what `python -m pytest_npu_lazy.html` draws)")
+    group.addoption("--npu-lazy-html", metavar="PATH", default=None,
+                    help="write an HTML page: per test a timeline of its phases, the modules of each as an "
+                         "expandable import tree with durations")
+    group.addoption("--npu-lazy-save-baseline", metavar="FILE", default=None,
+                    help="write the import budget baseline: per test and phase, the modules it loads")
+    group.addoption("--npu-lazy-baseline", metavar="FILE", default=None,
+                    help="check every isolated test against an import budget baseline: a phase that starts "
+                         "loading a watched module, or loads more than npu_lazy_budget_growth more modules, "
+                         "fails the test (ERROR at teardown)")
+    parser.addini("npu_lazy_watch", _WATCH_HELP, type="linelist", default=list(DEFAULT_WATCH))
+    parser.addini("npu_lazy_budget_growth",
+                  "how much a phase's module count may grow over the --npu-lazy-baseline (default 5%)",
+                  type="string", default="5%")
+
+
+@dataclass
+class Result:
+    """What the pytest process learnt about one test from its reports."""
+
+    nodeid: str
+    duration: float = 0.0
+    seen: list[tuple[str, str, bool, bool]] = field(default_factory=list)  # when, outcome, xfail, npu_lazy_error
+    message: str | None = None
+    violation: dict | None = None
+    summary: dict | None = None
+    budget: list[dict] | None = None
+    worker: str | None = None
+
+    def add(self, report: pytest.TestReport) -> None:
+        self.duration += report.duration
+        xfail = hasattr(report, "wasxfail")
+        self.seen.append((report.when, report.outcome, xfail, bool(getattr(report, "npu_lazy_error", False))))
+        self.worker = self.worker or getattr(report, "worker_id", None)
+        if report.failed and self.message is None:
+            self.message = _failure_message(report)
+            self.violation = violation_from_text(report.longreprtext)
+        elif report.skipped and self.message is None:
+            self.message = f"xfail: {report.wasxfail}" if xfail else _skip_reason(report)
+        elif xfail and report.passed and report.when == "call":
+            self.message = f"xpass: {report.wasxfail}"
+
+    @property
+    def outcome(self) -> str:
+        """What a person sees: error before failed before xpassed, xfailed, skipped, passed."""
+        failed = [(when, error) for when, outcome, _, error in self.seen if outcome == "failed"]
+        if any(error for _, error in failed):
+            return "error"
+        if any(when == "call" for when, _ in failed):
+            return "failed"
+        if failed:
+            return "error"
+        if any(when == "call" and outcome == "passed" and xfail for when, outcome, xfail, _ in self.seen):
+            return "xpassed"
+        if any(outcome == "skipped" and xfail for _, outcome, xfail, _ in self.seen):
+            return "xfailed"
+        if any(outcome == "skipped" for _, outcome, _, _ in self.seen):
+            return "skipped"
+        return "passed"
+
+    def entry(self, with_modules: bool) -> dict:
+        return result_entry(self.nodeid, self.outcome, self.duration, message=self.message,
+                            violation=self.violation, budget=self.budget, worker=self.worker,
+                            summary=self.summary, with_modules=with_modules)
+
+
+def _failure_message(report: pytest.TestReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else report.longreprtext
+    text = text.strip()
+    return text if len(text) <= 2000 else text[:2000] + " ..."
+
+
+def _skip_reason(report: pytest.TestReport) -> str | None:
+    if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+        return str(report.longrepr[2])
+    return report.longreprtext or None
+
+
+def junit_properties(result: Result) -> list[tuple[str, str]]:
+    """The key facts of an isolated test as JUnit ``<property>`` elements."""
+    summary = result.summary or {}
+    phases = summary.get("phases", [])
+    props = [
+        ("npu_lazy.isolation", str(summary.get("isolation"))),
+        ("npu_lazy.phases", ", ".join(f"{p['name']} {p['duration']:.3f}s ({p['module_count']} modules)"
+                                      for p in phases)),
+    ]
+    first: dict[str, tuple[str, dict]] = {}
+    for phase in phases:
+        for watched in phase.get("watched", []):
+            first.setdefault(watched["pattern"], (phase["name"], watched))
+    for pattern in summary.get("watch", []):
+        if pattern in first:
+            phase, watched = first[pattern]
+            props.append((f"npu_lazy.first_loaded.{pattern}", phase))
+            props.append((f"npu_lazy.chain.{pattern}", " <- ".join(watched["chain"])))
+        else:
+            props.append((f"npu_lazy.first_loaded.{pattern}", "not loaded"))
+    if result.violation:
+        v = result.violation
+        props.append(("npu_lazy.violation", f"{v['module']} ({v['kind']}) in phase {v['phase']}: "
+                                            + " <- ".join(v["chain"])))
+    if result.budget:
+        props.append(("npu_lazy.budget", budget.short(result.budget)))
+    return props
 
 
 class Reporter:
@@ -14,3 +144,222 @@ class Reporter:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+        self.results: dict[str, Result] = {}
+        self.started = time.time()
+        self.written: list[str] = []
+        self.write_errors: list[str] = []
+        self.watch = tuple(config.getini("npu_lazy_watch"))
+        try:
+            self.growth = budget.parse_growth(config.getini("npu_lazy_budget_growth"))
+        except ValueError as exc:
+            raise pytest.UsageError(f"pytest-npu-lazy: {exc}") from None
+        self.baseline_path = config.getoption("npu_lazy_baseline")
+        self.baseline: dict | None = None
+        if self.baseline_path and not hasattr(config, "workerinput"):
+            try:
+                self.baseline = load_baseline(self.baseline_path)
+            except ReportError as exc:
+                raise pytest.UsageError(f"--npu-lazy-baseline: {exc}") from None
+
+    def _reporting(self) -> bool:
+        """Only where pytest's reports are logged for good: not in xdist workers, not in isolated children."""
+        manager = self.config.pluginmanager
+        return not (hasattr(self.config, "workerinput") or manager.has_plugin("npu_lazy_child_relay")
+                    or manager.has_plugin("npu_lazy_spawned_session"))
+
+    # -- collecting ---------------------------------------------------------
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Before junitxml, the terminal and the session count it: judge the budget, add the properties."""
+        if not self._reporting():
+            return
+        result = self.results.setdefault(report.nodeid, Result(report.nodeid))
+        summary = getattr(report, "npu_lazy", None)
+        if report.when == "teardown" and isinstance(summary, dict):
+            result.summary = summary
+            if self.baseline is not None:
+                self._judge_budget(report, result)
+        result.add(report)
+        if report.when == "teardown" and isinstance(summary, dict):
+            report.user_properties.extend(junit_properties(result))
+
+    def _judge_budget(self, report: pytest.TestReport, result: Result) -> None:
+        entry = self.baseline["tests"].get(report.nodeid)
+        if entry is None:
+            return
+        problems = budget.check(entry, result.summary, result.summary.get("watch", self.watch), self.growth)
+        if not problems:
+            return
+        result.budget = problems
+        text = budget.describe(problems, self.baseline_path, self.growth)
+        if report.failed:
+            report.sections.append(("npu_lazy import budget", text))
+        else:
+            report.outcome = "failed"
+            report.longrepr = text
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """The environment as testsuite properties of the JUnit XML."""
+        if not self._reporting():
+            return
+        try:
+            from _pytest.junitxml import xml_key
+        except ImportError:  # pragma: no cover - pytest moved it
+            return
+        xml = self.config.stash.get(xml_key, None)
+        if xml is None:
+            return
+        for key, value in self.environment().items():
+            xml.add_global_property(f"npu_lazy.{key}", "" if value is None else str(value))
+
+    # -- writing ------------------------------------------------------------
+    def environment(self) -> dict:
+        from .environment import describe
+        from .plugin import _CANN_KEY
+
+        gate = self.config.pluginmanager.get_plugin("npu_lazy_npu_gate")
+        cann = self.config.stash.get(_CANN_KEY, None)
+        if cann is None:
+            return {}
+        return describe(cann, gate.answer if gate else None).to_dict()
+
+    def document(self, exitstatus: int, with_modules: bool) -> dict:
+        option = self.config.option
+        run = {
+            "args": [str(a) for a in self.config.invocation_params.args],
+            "rootdir": str(self.config.rootpath),
+            "exitstatus": int(exitstatus),
+            "duration": time.time() - self.started,
+            "xdist_workers": getattr(option, "numprocesses", None) if getattr(option, "dist", "no") != "no" else None,
+            "watch": list(self.watch),
+            "baseline": self.baseline_path,
+            "budget_growth": self.growth,
+        }
+        from . import __version__
+
+        run["plugin_version"] = __version__
+        return document(self.environment(), run, [r.entry(with_modules) for r in self.results.values()])
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if not self._reporting():
+            return
+        option = self.config.option
+        outputs = []
+        if option.npu_lazy_json:
+            outputs.append((option.npu_lazy_json, "JSON report", lambda: write_json(
+                option.npu_lazy_json, self.document(exitstatus, option.npu_lazy_json_modules))))
+        if option.npu_lazy_html:
+            from .html import render
+
+            outputs.append((option.npu_lazy_html, "HTML view",
+                            lambda: write_text(option.npu_lazy_html, render(self.document(exitstatus, True)))))
+        if option.npu_lazy_save_baseline:
+            summaries = {r.nodeid: r.summary for r in self.results.values() if r.summary is not None}
+            outputs.append((option.npu_lazy_save_baseline, "import budget baseline",
+                            lambda: write_json(option.npu_lazy_save_baseline,
+                                               budget.baseline_document(self.environment(), self.watch, summaries))))
+        for path, what, write in outputs:
+            try:
+                write()
+                self.written.append(f"{what}: {path}")
+            except OSError as exc:
+                self.write_errors.append(f"cannot write the {what} to {path}: {exc}")
+        if self.write_errors and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
+
+    # -- the terminal -------------------------------------------------------
+    def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
+        if not self._reporting():
+            return
+        verbosity = config.get_verbosity()
+        entries = [r.entry(with_modules=verbosity > 1) for r in self.results.values() if r.summary is not None]
+        write = terminalreporter.write_line
+        shown = entries if verbosity >= 0 else [e for e in entries if _offending(e)]
+        if shown:
+            terminalreporter.write_sep("=", "npu_lazy: phases and watched modules")
+            for entry in shown:
+                for text, markup in summary_lines(entry, verbosity):
+                    write(text, **markup)
+        if self.baseline is not None:
+            over = [e for e in self.results.values() if e.budget]
+            terminalreporter.write_sep("=", "npu_lazy import budget", red=bool(over), green=not over)
+            isolated = [r for r in self.results.values() if r.summary is not None]
+            judged = sum(1 for r in isolated if r.nodeid in self.baseline["tests"])
+            if over:
+                for result in over:
+                    write(f"OVER BUDGET {result.nodeid}: {budget.short(result.budget)}", red=True)
+            else:
+                write(f"{judged} isolated test(s) within the budget of {self.baseline_path} "
+                      f"(growth allowed: {self.growth:.0%})", green=True)
+            unknown = len(isolated) - judged
+            if unknown:
+                write(f"{unknown} isolated test(s) not in the baseline, not judged")
+        for line in self.written:
+            write(f"npu_lazy: wrote the {line}")
+        for line in self.write_errors:
+            write(f"npu_lazy: {line}", red=True)
+
+
+def _offending(entry: dict) -> bool:
+    return bool(entry["violation"] or entry["budget"]) or entry["outcome"] in ("failed", "error")
+
+
+_MARKUP = {"passed": {"green": True}, "failed": {"red": True}, "error": {"red": True},
+           "xpassed": {"yellow": True}, "xfailed": {"yellow": True}, "skipped": {"yellow": True}}
+
+
+def summary_lines(entry: dict, verbosity: int = 0) -> list[tuple[str, dict]]:
+    """The terminal summary of one isolated test: a line for it, then its phases.
+
+    Verbosity 0: the phases on one line, with each phase's watched first
+    loads. ``-v``: a line per phase with module counts and each watched
+    module's import chain. ``-vv``: every module per phase too.
+    """
+    violation = entry.get("violation") or {}
+    over = {p["phase"] for p in entry.get("budget") or []}
+    head = f"{entry['outcome'].upper()} {entry['nodeid']}  ({entry['isolation']}, {entry['duration']:.2f} s)"
+    lines = [(head, _MARKUP.get(entry["outcome"], {}))]
+
+    def marks(phase: dict) -> str:
+        text = ""
+        if violation.get("phase") == phase["name"]:
+            verb = "must not be loaded" if violation["kind"] == "loaded" else "was not loaded"
+            text += f"  << VIOLATION: {violation['module']} {verb}"
+        if phase["name"] in over:
+            text += "  << OVER BUDGET"
+        return text
+
+    def watched(phase: dict) -> str:
+        """``torch._dynamo (101)``; ``torch._dynamo.* (8)`` where only submodules of a pattern loaded here."""
+        return ", ".join(f"{w['pattern'] if w['module'] == w['pattern'] else w['pattern'] + '.*'} ({w['count']})"
+                         for w in phase["watched"])
+
+    if verbosity <= 0:
+        parts = []
+        for phase in entry["phases"]:
+            part = f"{phase['name']} {phase['duration']:.3f}s"
+            if phase["module_count"]:
+                part += f" +{phase['module_count']}"
+            if phase["watched"]:
+                part += f" [{watched(phase)}]"
+            parts.append(part + marks(phase))
+        lines.append(("    " + " | ".join(parts), {}))
+        return lines
+    depth: dict[str, int] = {}
+    for phase in entry["phases"]:
+        depth[phase["name"]] = depth.get(phase.get("parent"), -1) + 1 if phase.get("parent") in depth else 0
+        indent = "    " + "  " * depth[phase["name"]]
+        width = max(16 - 2 * depth[phase["name"]], len(phase["name"]))
+        text = f"{indent}{phase['name']:<{width}} {phase['duration']:8.3f} s {phase['module_count']:6d} modules"
+        if phase["watched"]:
+            text += f"   {watched(phase)}"
+        mark = marks(phase)
+        lines.append((text + mark, {"red": True} if mark else {}))
+        for w in phase["watched"]:
+            at = f"   [at {w['trigger']}]" if w.get("trigger") else ""
+            lines.append((f"{indent}    {' <- '.join(w['chain'])}{at}", {}))
+        if verbosity > 1 and phase.get("modules"):
+            lines.append((f"{indent}    modules: {', '.join(m['name'] for m in phase['modules'])}", {}))
+    return lines
+

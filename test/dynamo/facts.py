@@ -77,6 +77,13 @@ def dynamo_imports_triton_at_import() -> ImportTimeCall | None:
     return None
 
 
+def present(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The modules among ``names`` that exist in this environment (found without importing them)."""
+    from pytest_npu_lazy.modules import MISSING, lookup
+
+    return tuple(name for name in names if lookup(name)[0] != MISSING)
+
+
 def triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None
 

@@ -81,7 +81,8 @@ def run_pytest(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
     def run(*args: str, timeout: float = 300) -> Run:
         path = pytester.path / f"reports-{next(counter)}.json"
         monkeypatch.setenv("NPU_LAZY_TEST_REPORTS", str(path))
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", *args, timeout=timeout)
+        # test order matters in some scenarios; pytest-randomly, where installed, would shuffle it
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", *args, timeout=timeout)
         reports = json.loads(path.read_text()) if path.exists() else []
         return Run(result, reports)
 

@@ -50,7 +50,7 @@ def test_survivor():
 
 def test_crashes_give_exactly_one_failure_each(run_pytest, pytester):
     pytester.makepyfile(test_crash=CRASHES)
-    run = run_pytest("-p", "no:randomly")
+    run = run_pytest()
     assert run.outcomes == {
         "test_crash.py::test_segfault": "failed",
         "test_crash.py::test_abort": "failed",
@@ -114,7 +114,7 @@ def test_hanging_test_is_killed_with_its_group_and_the_zygote_lives_on(run_pytes
     monkeypatch.setenv("HANG_PIDS", str(pids_file))
     pytester.makepyfile(test_hang=HANGS)
     started = time.monotonic()
-    run = run_pytest("-p", "no:randomly")
+    run = run_pytest()
     assert time.monotonic() - started < 60
     assert run.outcomes == {"test_hang.py::test_hangs_with_a_grandchild": "failed",
                             "test_hang.py::test_after_the_hang": "passed"}, run.text()
@@ -158,7 +158,7 @@ def test_killed_zygote_errors_the_test_and_is_replaced(run_pytest, pytester):
         def test_3_after():
             print(os.getppid())
     """)
-    run = run_pytest("-p", "no:randomly")
+    run = run_pytest()
     assert run.outcomes == {"test_zygote.py::test_1_before": "passed",
                             "test_zygote.py::test_2_kills_its_zygote": "error",
                             "test_zygote.py::test_3_after": "passed"}, run.text()

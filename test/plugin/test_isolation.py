@@ -69,7 +69,7 @@ def test_marked_test_imports_stay_in_their_child(run_pytest, pytester):
         def test_3_next_child_is_clean(npu_lazy):
             npu_lazy.assert_not_loaded("heavy")
     """)
-    run = run_pytest("-p", "no:randomly")
+    run = run_pytest()
     assert set(run.outcomes.values()) == {"passed"}, run.text()
 
 

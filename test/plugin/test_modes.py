@@ -30,8 +30,8 @@ def _short(outcomes):
 
 def test_spawn_gives_the_same_outcomes_as_fork(run_pytest, pytester):
     pytester.makepyfile(test_kinds=ALL_KINDS, test_clean=CLEAN_AND_BROKEN)
-    spawned = run_pytest("--npu-lazy-isolation=spawn", "-p", "no:randomly")
-    forked = run_pytest("-p", "no:randomly")
+    spawned = run_pytest("--npu-lazy-isolation=spawn")
+    forked = run_pytest()
     assert spawned.outcomes == forked.outcomes, spawned.text()
     assert _short({k: v for k, v in spawned.outcomes.items() if "kinds" in k}) == EXPECTED
     assert spawned.outcomes["test_clean.py::test_broken"] == "failed"
@@ -78,7 +78,7 @@ def test_marked_tests_use_the_zygote_under_forked(run_pytest, pytester):
             npu_lazy.assert_not_loaded("heavy")
             assert npu_lazy.isolation == "fork"
     """)
-    run = run_pytest("--forked", "-p", "no:randomly")
+    run = run_pytest("--forked")
     assert run.outcomes["test_b_forked.py::test_marked"] == "passed", run.text()
 
 
@@ -95,7 +95,7 @@ def test_guard_under_pytest_forked(run_pytest, pytester, pytest_forked_works):
         def test_unmarked_uses_probe(npu_lazy):
             npu_lazy.assert_not_loaded("heavy")
     """)
-    run = run_pytest("--forked", "-p", "no:randomly")
+    run = run_pytest("--forked")
     assert run.outcomes["test_b_forked.py::test_unmarked_uses_probe"] == "error", run.text()
     message = run.report("test_unmarked_uses_probe", "call")["longrepr"]
     assert "The test started from a fork of the pytest process (pytest-forked)" in message

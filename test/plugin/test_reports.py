@@ -154,10 +154,19 @@ def test_warnings_reach_the_summary(both_ways):
 def test_junit_xml_is_the_same(both_ways, pytester):
     def cases(name):
         root = ET.parse(pytester.path / name).getroot()
-        return {case.get("name"): sorted(child.tag for child in case) for case in root.iter("testcase")}
+        return {case.get("name"): sorted(child.tag for child in case if child.tag != "properties")
+                for case in root.iter("testcase")}
+
+    def isolation(name):
+        root = ET.parse(pytester.path / name).getroot()
+        return {case.get("name"): [p.get("value") for p in case.iter("property") if p.get("name") == "npu_lazy.isolation"]
+                for case in root.iter("testcase")}
 
     assert cases("isolated.xml") == cases("in_process.xml")
     assert cases("isolated.xml")["test_fail_rewritten"] == ["failure"]
+    # the only difference: isolated tests carry the plugin's facts as properties (docs/reports.md)
+    assert set(map(tuple, isolation("isolated.xml").values())) == {("fork",)}
+    assert set(map(tuple, isolation("in_process.xml").values())) == {()}
 
 
 def test_module_fixtures_run_once_per_isolated_test(run_pytest, pytester):

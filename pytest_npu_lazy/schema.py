@@ -1,0 +1,192 @@
+"""The JSON report's versioned schema: what a test's result looks like as data, and reading it back.
+
+The pytest side (:mod:`.report`) builds documents with :func:`result_entry`
+and :func:`document`; the matrix and the HTML view read them with
+:func:`load_report`, which says clearly what is wrong with a file instead
+of failing on a missing key. docs/reports.md describes every key.
+
+Compatibility: readers accept unknown keys. ``SCHEMA_VERSION`` goes up when
+a key changes meaning or goes away; a reader refuses a newer version.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import tempfile
+from typing import Any
+
+SCHEMA = "pytest-npu-lazy-report"
+SCHEMA_VERSION = 1
+BASELINE_SCHEMA = "pytest-npu-lazy-baseline"
+BASELINE_SCHEMA_VERSION = 1
+
+#: The modules of the deferred-loading guarantees: what the reports watch by default.
+DEFAULT_WATCH = ("torch._dynamo", "torch._inductor", "torch_npu._inductor", "triton")
+
+OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
+
+_NOT_LOADED = re.compile(
+    r"npu_lazy: '(?P<module>[^']+)' must not be loaded yet, but it was loaded during phase "
+    r"'(?P<phase>[^']+)'\s*\n\s*import chain: (?P<chain>[^\n]*)")
+_MISSING = re.compile(r"npu_lazy: expected loaded, but not loaded \(phase '(?P<phase>[^']+)'\): (?P<modules>[^\n]*)")
+_E_PREFIX = re.compile(r"^E {1,3}", re.MULTILINE)
+
+
+class ReportError(ValueError):
+    """A report or baseline file that cannot be used; the message names the file and the problem."""
+
+
+def environment_label(env: dict) -> str:
+    """torch / torch_npu / Triton flavour, and the CANN mode: what tells two environments apart."""
+    flavour = env.get("triton_flavour")
+    if flavour == "absent":
+        triton = "no triton"
+    else:
+        triton = "triton" if flavour == "upstream" else str(flavour)
+        triton += f" {env['triton']}" if env.get("triton") else ""
+    cann = env.get("cann_mode") or "?"
+    if env.get("cann_version"):
+        cann += f" {env['cann_version']}"
+    return f"torch {env.get('torch')} / torch_npu {env.get('torch_npu')} / {triton} / CANN {cann}"
+
+
+def violation_from_text(text: str) -> dict | None:
+    """The first broken deferred-loading assertion in a failure's text, as data.
+
+    The probe's failure messages have a fixed shape (README, "When a
+    guarantee breaks"); reading them back keeps the probe free of report code.
+    """
+    text = _E_PREFIX.sub("", text)
+    found = _NOT_LOADED.search(text)
+    if found:
+        return {"kind": "loaded", "module": found["module"], "phase": found["phase"],
+                "chain": found["chain"].split(" <- ")}
+    found = _MISSING.search(text)
+    if found:
+        modules = [m.strip() for m in found["modules"].split(",")]
+        return {"kind": "missing", "module": modules[0], "phase": found["phase"], "chain": [modules[0]]}
+    return None
+
+
+def phase_entry(phase: dict, with_modules: bool) -> dict:
+    """One phase of a test's summary as the JSON report has it."""
+    entry = {
+        "name": phase["name"],
+        "parent": phase.get("parent"),
+        "start": phase.get("start", 0.0),
+        "duration": phase["duration"],
+        "module_count": phase.get("module_count", len(phase.get("modules", []))),
+        "watched": phase.get("watched", []),
+    }
+    if with_modules:
+        entry["modules"] = phase.get("modules", [])
+    return entry
+
+
+def result_entry(nodeid: str, outcome: str, duration: float, *, message: str | None = None,
+               violation: dict | None = None, budget: list[dict] | None = None, worker: str | None = None,
+               summary: dict | None = None, with_modules: bool = False) -> dict:
+    """A test as the JSON report has it; ``summary`` is ``ProbeState.summary()`` (None: not isolated)."""
+    summary = summary or {}
+    return {
+        "nodeid": nodeid,
+        "outcome": outcome,
+        "duration": duration,
+        "message": message,
+        "violation": violation,
+        "budget": budget,
+        "worker": worker,
+        "isolation": summary.get("isolation"),
+        "baseline": summary.get("baseline"),
+        "preload": summary.get("preload", []),
+        "blocked": summary.get("blocked", []),
+        "phases": [phase_entry(p, with_modules) for p in summary.get("phases", [])],
+    }
+
+
+def document(environment: dict, run: dict, tests: list[dict]) -> dict:
+    """The whole report: header, run facts and tests in the order they finished."""
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "environment": environment,
+        "run": run,
+        "tests": tests,
+    }
+
+
+def write_json(path: str | os.PathLike, data: Any) -> None:
+    """Write atomically: a reader (or a crash) never sees half a file."""
+    write_text(path, json.dumps(data, indent=1) + "\n")
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    """Write to a temporary file beside ``path``, then rename it over ``path``."""
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(prefix=".npu-lazy-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _read(path: str | os.PathLike, schema: str, version: int, what: str, how: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise ReportError(f"{path}: no such file; {how}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReportError(f"{path}: cannot be read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{path}: not JSON ({exc}); expected {what}") from None
+    if not isinstance(data, dict) or data.get("schema") != schema:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ReportError(f"{path}: not {what} (schema is {found!r}, expected {schema!r}); {how}")
+    found_version = data.get("schema_version")
+    if not isinstance(found_version, int):
+        raise ReportError(f"{path}: schema_version is {found_version!r}, expected an integer")
+    if found_version > version:
+        raise ReportError(f"{path}: schema_version {found_version} is newer than this pytest-npu-lazy reads "
+                          f"({version}); upgrade pytest-npu-lazy")
+    return data
+
+
+def load_report(path: str | os.PathLike) -> dict:
+    """Read and check a JSON report; :class:`ReportError` says what is wrong with it."""
+    data = _read(path, SCHEMA, SCHEMA_VERSION, "a pytest-npu-lazy JSON report",
+                 "write one with pytest --npu-lazy-json=PATH")
+    for key, kind in (("environment", dict), ("run", dict), ("tests", list)):
+        if not isinstance(data.get(key), kind):
+            raise ReportError(f"{path}: key {key!r} must be a {kind.__name__}, found {type(data.get(key)).__name__}")
+    for index, test in enumerate(data["tests"]):
+        if not isinstance(test, dict) or not isinstance(test.get("nodeid"), str):
+            raise ReportError(f"{path}: tests[{index}] has no nodeid")
+        if test.get("outcome") not in OUTCOMES:
+            raise ReportError(f"{path}: tests[{index}] ({test['nodeid']}) has outcome {test.get('outcome')!r}; "
+                              f"expected one of {', '.join(OUTCOMES)}")
+        if not isinstance(test.get("phases", []), list):
+            raise ReportError(f"{path}: tests[{index}] ({test['nodeid']}): phases must be a list")
+    return data
+
+
+def load_baseline(path: str | os.PathLike) -> dict:
+    """Read and check an import-budget baseline."""
+    data = _read(path, BASELINE_SCHEMA, BASELINE_SCHEMA_VERSION, "a pytest-npu-lazy import baseline",
+                 "create it with pytest --npu-lazy-save-baseline=PATH")
+    if not isinstance(data.get("tests"), dict):
+        raise ReportError(f"{path}: key 'tests' must be an object of node id -> phases")
+    return data

@@ -1,0 +1,98 @@
+"""The benchmark command (``python -m benchmarks``) still works: run it on tiny inputs and check its JSON.
+
+Benchmarks are not tests and CI does not run them; this only makes sure the
+command, its subprocess suite and its report keep working. The numbers of a
+``--quick`` run mean nothing, so only their presence and sanity are checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FIGURES = ("zygote_median_ms", "subprocess_over_zygote", "suite_speedup", "recorder_overhead_pct", "xdist_speedup")
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("bench")
+    json_path, md_path = folder / "latest.json", folder / "table.md"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST"))}
+    result = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--json", str(json_path), "--markdown", str(md_path)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    assert json_path.exists(), result.stderr[-3000:]
+    return json.loads(json_path.read_text()), result.stdout, md_path.read_text()
+
+
+def test_every_figure_is_there(quick_run):
+    data, _, _ = quick_run
+    assert data["quick"] is True
+    assert set(data["targets"]) == set(FIGURES)
+    missing = [name for name, verdict in data["targets"].items() if verdict["value"] is None]
+    assert not missing, f"figures without a value: {missing}"
+    for key in ("cpu", "cores", "torch", "torch_npu", "pytest"):
+        assert data["machine"][key], key
+    assert len(data["load"]["start"]) == 3 and len(data["load"]["end"]) == 3
+
+
+def test_trivial_tests_are_timed_sanely(quick_run):
+    data, _, _ = quick_run
+    variants = data["trivial"]["variants"]
+    assert set(variants) >= {"none", "forked", "zygote", "spawn", "subprocess"}
+    for name in ("none", "zygote", "spawn", "subprocess"):
+        entry = variants[name]
+        assert "error" not in entry, (name, entry.get("error"))
+        assert entry["outcomes"].get("passed") == entry["tests"], (name, entry["outcomes"])
+        assert entry["marginal"]["median_ms"] > 0 and entry["marginal"]["p90_ms"] >= entry["marginal"]["median_ms"]
+        assert entry["startup_s"] > 0
+    forked = variants["forked"]
+    if "impossible" in forked:  # no side venv with an older pytest: the reason must say why
+        assert "pytest-forked" in forked["impossible"] and "pytest" in forked["impossible"]
+    else:
+        assert forked["outcomes"].get("passed") == forked["tests"], forked
+        assert forked["marginal"]["median_ms"] > 0
+    # orders of magnitude that hold on any machine, even a busy one
+    median = {name: variants[name]["marginal"]["median_ms"] for name in ("none", "zygote", "spawn", "subprocess")}
+    assert median["none"] < median["zygote"] < median["subprocess"], median
+    assert median["zygote"] < median["spawn"], median
+    assert median["subprocess"] > 200, median  # an interpreter that imports torch and torch_npu
+    floor = data["trivial"]["fork_floor"]
+    assert 0 < floor["fork_to_running_child_ms"] < 1000 and 0 < floor["fork_exit_reap_ms"] < 1000, floor
+
+
+def test_suites_ran_the_same_checks(quick_run):
+    data, _, _ = quick_run
+    suite, xdist = data["suite"], data["xdist"]
+    for name in ("npu_lazy", "subprocess"):
+        assert suite[name]["returncode"] == 0, suite[name].get("error")
+        assert suite[name]["outcomes"] == {"passed": 1}, suite[name]["outcomes"]
+        assert suite[name]["wall_s"] > 0
+    assert suite["same_outcomes"] is True
+    assert xdist["n2"]["returncode"] == 0 and xdist["n2"]["outcomes"] == {"passed": 1}
+    assert xdist["n0_s"] > 0 and xdist["n2_s"] > 0
+
+
+def test_recorder_overhead_is_measured(quick_run):
+    data, _, _ = quick_run
+    recorder = data["recorder"]
+    assert "error" not in recorder, recorder.get("error")
+    assert len(recorder["off_s"]) == len(recorder["on_s"]) == recorder["runs"] >= 1
+    assert all(0.2 < t < 120 for t in recorder["off_s"] + recorder["on_s"]), recorder
+    assert 0.5 < recorder["ratio"] < 2.0, recorder
+
+
+def test_markdown_table_is_printed_and_written(quick_run):
+    data, stdout, written = quick_run
+    assert written == data["markdown"]
+    assert data["markdown"].strip() in stdout
+    for heading in ("### 1.", "### 2.", "### 3.", "### 4.", "### Targets"):
+        assert heading in written
+    assert "python -m benchmarks --quick" in written

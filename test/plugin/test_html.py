@@ -1,0 +1,221 @@
+"""The HTML view: structure of the page from a hand-made report, the pytest option, the CLI, a real browser."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import subprocess
+import sys
+import zlib
+from html.parser import HTMLParser
+
+import pytest
+
+from pytest_npu_lazy.html import render
+from pytest_npu_lazy.schema import SCHEMA, SCHEMA_VERSION, result_entry
+
+
+class Node:
+    def __init__(self, tag: str, attrs: dict, parent: "Node | None") -> None:
+        self.tag, self.attrs, self.parent, self.children, self.text = tag, attrs, parent, [], ""
+
+    def find_all(self, predicate) -> list["Node"]:
+        found = [self] if predicate(self) else []
+        for child in self.children:
+            found += child.find_all(predicate)
+        return found
+
+    def classes(self) -> set[str]:
+        return set((self.attrs.get("class") or "").split())
+
+    def ancestors(self):
+        node = self.parent
+        while node is not None:
+            yield node
+            node = node.parent
+
+
+class TreeBuilder(HTMLParser):
+    VOID = {"meta", "br", "img", "input", "link", "hr"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = self.current = Node("#root", {}, None)
+
+    def handle_starttag(self, tag, attrs):
+        node = Node(tag, dict(attrs), self.current)
+        self.current.children.append(node)
+        if tag not in self.VOID:
+            self.current = node
+
+    def handle_endtag(self, tag):
+        node = self.current
+        while node is not None and node.tag != tag:
+            node = node.parent
+        assert node is not None, f"</{tag}> closes nothing"
+        self.current = node.parent
+
+    def handle_data(self, data):
+        self.current.text += data
+
+
+def parse(page: str) -> Node:
+    builder = TreeBuilder()
+    builder.feed(page)
+    builder.close()
+    assert builder.current is builder.root, "unclosed elements"
+    return builder.root
+
+
+def _module(name, parent, start, duration):
+    return {"name": name, "parent": parent, "start": start, "duration": duration, "untracked": False}
+
+
+def _report() -> dict:
+    import_phase = {
+        "name": "import", "parent": "test", "start": 1.0, "duration": 2.0, "module_count": 4,
+        "watched": [{"pattern": "heavy.helpers", "module": "heavy.helpers", "count": 1, "duration": 0.5,
+                     "chain": ["heavy.helpers", "heavy.core", "test_x (test_x.py:5 in test_a)"],
+                     "trigger": "heavy/core.py:1 in <module>"}],
+        "modules": [_module("heavy", None, 1.0, 1.5), _module("heavy.core", "heavy", 1.5, 1.0),
+                    _module("heavy.helpers", "heavy.core", 2.0, 0.5), _module("other", None, 2.5, 0.25)],
+    }
+    summary = {"isolation": "fork", "phases": [
+        {"name": "collect", "parent": None, "start": 0.0, "duration": 0.5, "module_count": 0, "watched": [], "modules": []},
+        {"name": "test", "parent": None, "start": 0.5, "duration": 3.5, "module_count": 0, "watched": [], "modules": []},
+        import_phase,
+    ]}
+    violation = {"kind": "loaded", "module": "heavy.helpers", "phase": "import", "chain": ["heavy.helpers", "heavy.core"]}
+    tests = [
+        result_entry("test_x.py::test_a", "passed", 4.0, summary=summary, with_modules=True),
+        result_entry("test_x.py::test_<b>", "failed", 4.0, summary=summary, with_modules=True,
+                     violation=violation, message="AssertionError: npu_lazy: 'heavy.helpers' must not be loaded"),
+        result_entry("test_x.py::test_plain", "passed", 0.1),
+    ]
+    env = {"torch": "2.13.0+cpu", "torch_npu": "2.13.0", "cann_mode": "stub", "cann_version": None,
+           "triton_flavour": "absent", "triton": None, "device": "cpu", "python": "3.11", "platform": "linux-x86_64"}
+    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "environment": env,
+            "run": {"watch": ["heavy.helpers"]}, "tests": tests}
+
+
+def test_page_structure():
+    root = parse(render(_report()))
+    tests = root.find_all(lambda n: n.tag == "details" and "test" in n.classes())
+    assert [t.attrs["data-nodeid"] for t in tests] == ["test_x.py::test_a", "test_x.py::test_<b>"]  # isolated only
+    assert "open" not in tests[0].attrs and "open" in tests[1].attrs  # failures start open
+    assert "no triton" in root.find_all(lambda n: "env" in n.classes())[0].text
+
+    phases = tests[0].find_all(lambda n: n.tag == "details" and "phase" in n.classes())
+    assert [p.attrs["data-phase"] for p in phases] == ["collect", "test", "import"]
+    import_phase = phases[2]
+    # the phase's bar: from 1.0 s for 2.0 s of a 4.0 s test
+    (bar,) = [n for n in import_phase.children[0].find_all(lambda n: "bar" in n.classes())]
+    assert bar.attrs["style"] == "left:25.00%;width:50.00%"
+
+    modules = {n.attrs["data-module"]: n for n in import_phase.find_all(lambda n: "data-module" in n.attrs)}
+    assert set(modules) == {"heavy", "heavy.core", "heavy.helpers", "other"}
+    parent_module = lambda name: next(a.attrs.get("data-module") for a in modules[name].ancestors()  # noqa: E731
+                                      if "data-module" in a.attrs or "phase" in a.classes())
+    assert parent_module("heavy.helpers") == "heavy.core"
+    assert parent_module("heavy.core") == "heavy"
+    assert parent_module("heavy") is None and parent_module("other") is None  # roots of the phase's tree
+    assert modules["heavy"].tag == "details" and modules["other"].tag == "div"  # leaves cannot expand
+    assert "watched" in modules["heavy.helpers"].classes()
+    assert "violation" not in modules["heavy.helpers"].classes()  # test_a broke nothing
+    # a module's bar within its phase: heavy.core from 1.5 s for 1.0 s of the phase's 1.0..3.0 s
+    (core_bar,) = [n for n in modules["heavy.core"].children[0].find_all(lambda n: "bar" in n.classes())]
+    assert core_bar.attrs["style"] == "left:25.00%;width:50.00%"
+    chains = [n.text for n in import_phase.find_all(lambda n: "chain" in n.classes())]
+    assert chains == ["heavy.helpers <- heavy.core <- test_x (test_x.py:5 in test_a) \xa0[at heavy/core.py:1 in <module>]"]
+
+    failed = tests[1]
+    assert "violation" in failed.find_all(lambda n: n.attrs.get("data-phase") == "import")[0].classes()
+    assert "violation" in failed.find_all(lambda n: n.attrs.get("data-module") == "heavy.helpers")[0].classes()
+    assert "must not be loaded" in failed.find_all(lambda n: "message" in n.classes())[0].text
+
+
+def test_expand_opens_everything():
+    root = parse(render(_report(), expand=True))
+    details = root.find_all(lambda n: n.tag == "details")
+    assert details and all("open" in d.attrs for d in details)
+
+
+def test_pytest_option_writes_the_page(pytester, run_pytest, fake_heavy_package):
+    pytester.makepyfile(test_page="""
+        import pytest
+
+        @pytest.mark.npu_lazy(preload=[])
+        def test_imports(npu_lazy):
+            with npu_lazy.phase("import"):
+                import heavy.core
+    """)
+    run = run_pytest("--npu-lazy-html=out/page.html")
+    assert run.result.ret == 0, run.text()
+    root = parse((pytester.path / "out" / "page.html").read_text())
+    (test,) = root.find_all(lambda n: n.attrs.get("data-nodeid") == "test_page.py::test_imports")
+    (phase,) = test.find_all(lambda n: n.attrs.get("data-phase") == "import")
+    modules = {n.attrs["data-module"]: n for n in phase.find_all(lambda n: "data-module" in n.attrs)}
+    assert set(modules) == {"heavy", "heavy.core", "heavy.helpers"}
+    # `import heavy.core` loads heavy.core first, which loads its package and heavy.helpers
+    assert modules["heavy.core"].tag == "details"
+    assert {n.attrs["data-module"] for n in modules["heavy.core"].children[1:]} == {"heavy", "heavy.helpers"}
+    assert "npu_lazy: wrote the HTML view: out/page.html" in run.text()
+
+
+def test_cli_needs_module_data(tmp_path):
+    report = _report()
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(report))
+    done = subprocess.run([sys.executable, "-m", "pytest_npu_lazy.html", str(path), "-o", str(tmp_path / "p.html")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert 'data-nodeid="test_x.py::test_a"' in (tmp_path / "p.html").read_text()
+    for test in report["tests"]:
+        for phase in test["phases"]:
+            del phase["modules"]
+    path.write_text(json.dumps(report))
+    done = subprocess.run([sys.executable, "-m", "pytest_npu_lazy.html", str(path), "-o", str(tmp_path / "p.html")],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "has no per-module data; write it with --npu-lazy-json-modules" in done.stderr
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+
+
+def _browser(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                           "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(_chromium() is None, reason="no chromium here (apt-get install chromium)")
+def test_a_real_browser_renders_the_page(tmp_path):
+    page = tmp_path / "page.html"
+    page.write_text(render(_report(), expand=True))
+    dom = _browser(tmp_path, "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr
+    root = parse(dom.stdout)
+    assert len(root.find_all(lambda n: n.tag == "details" and "test" in n.classes())) == 2
+    assert len(root.find_all(lambda n: n.attrs.get("data-module") == "heavy.helpers")) == 2
+
+    shot = tmp_path / "shot.png"
+    done = _browser(tmp_path, f"--screenshot={shot}", "--window-size=1000,600", page.as_uri())
+    assert done.returncode == 0 and shot.exists(), done.stderr
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = struct.unpack(">II", data[16:24])
+    assert (width, height) == (1000, 600)
+    pixels = b"".join(data[i + 8:i + 8 + struct.unpack(">I", data[i:i + 4])[0]]
+                      for i in _chunks(data, b"IDAT"))
+    assert len(set(zlib.decompress(pixels))) > 16  # something was drawn, not a blank page
+
+
+def _chunks(data: bytes, kind: bytes):
+    offset = 8
+    while offset < len(data):
+        length = struct.unpack(">I", data[offset:offset + 4])[0]
+        if data[offset + 4:offset + 8] == kind:
+            yield offset  # where the chunk's length field starts
+        offset += 12 + length

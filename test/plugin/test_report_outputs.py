@@ -1,0 +1,237 @@
+"""The reports of a run: JSON (schema, atomic, merged under xdist), JUnit properties, the terminal summary."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from pytest_npu_lazy.schema import DEFAULT_WATCH, SCHEMA, SCHEMA_VERSION, load_report
+
+SUITE = """
+import pytest
+
+pytestmark = pytest.mark.npu_lazy(preload=[])
+
+def test_import_ok(npu_lazy):
+    with npu_lazy.phase("import"):
+        import heavy.core
+    npu_lazy.assert_loaded("heavy")
+
+def test_import_violates(npu_lazy):
+    with npu_lazy.phase("import"):
+        import heavy.core
+    npu_lazy.assert_not_loaded("heavy.helpers")
+
+def test_expected_missing(npu_lazy):
+    npu_lazy.assert_loaded("heavy")
+
+@pytest.mark.skip(reason="not here")
+def test_skipped():
+    pass
+
+@pytest.mark.xfail(reason="known")
+def test_xfailed():
+    assert False
+
+@pytest.fixture
+def broken():
+    raise RuntimeError("no setup")
+
+def test_setup_error(broken):
+    pass
+"""
+
+#: the line of test_import_ok's `import heavy.core`, where the import chains start
+IMPORT_LINE = SUITE.lstrip("\n").splitlines().index("        import heavy.core") + 1
+
+PLAIN = """
+def test_not_isolated():
+    pass
+"""
+
+INI = """
+[pytest]
+npu_lazy_watch =
+    heavy.helpers
+    heavy
+"""
+
+EXPECTED_OUTCOMES = {
+    "test_suite.py::test_import_ok": "passed",
+    "test_suite.py::test_import_violates": "failed",
+    "test_suite.py::test_expected_missing": "failed",
+    "test_suite.py::test_skipped": "skipped",
+    "test_suite.py::test_xfailed": "xfailed",
+    "test_suite.py::test_setup_error": "error",
+    "test_plain.py::test_not_isolated": "passed",
+}
+
+
+@pytest.fixture
+def suite(pytester, fake_heavy_package):
+    pytester.makepyfile(test_suite=SUITE, test_plain=PLAIN)
+    pytester.makeini(INI)
+    return pytester
+
+
+def _tests(report: dict) -> dict[str, dict]:
+    return {t["nodeid"]: t for t in report["tests"]}
+
+
+def _modules(chain: list[str]) -> list[str]:
+    """The module names of an import chain, without the code locations some links carry."""
+    return [link.split(" (", 1)[0] for link in chain]
+
+
+def _phase(test: dict, name: str) -> dict:
+    (phase,) = [p for p in test["phases"] if p["name"] == name]
+    return phase
+
+
+def test_json_report_follows_the_schema(suite, run_pytest):
+    run = run_pytest("--npu-lazy-json=out/report.json", "--junitxml=out/junit.xml")
+    assert run.result.ret == pytest.ExitCode.TESTS_FAILED, run.text()
+    report = load_report(suite.path / "out" / "report.json")  # validates schema, version and outcomes
+    assert report["schema"] == SCHEMA and report["schema_version"] == SCHEMA_VERSION
+    env = report["environment"]
+    assert set(env) >= {"torch", "torch_npu", "cann_mode", "cann_version", "triton_flavour", "triton", "python", "platform"}
+    assert env["triton_flavour"] in ("triton-ascend", "upstream", "absent")
+    assert report["run"]["watch"] == ["heavy.helpers", "heavy"]
+    assert report["run"]["exitstatus"] == 1
+    tests = _tests(report)
+    assert {n: t["outcome"] for n, t in tests.items()} == EXPECTED_OUTCOMES
+
+    ok = tests["test_suite.py::test_import_ok"]
+    assert ok["isolation"] == "fork" and ok["preload"] == [] and ok["violation"] is None
+    names = [p["name"] for p in ok["phases"]]
+    assert names == ["collect", "setup", "test", "import", "teardown"]
+    assert all(p["duration"] >= 0 and p["start"] >= 0 for p in ok["phases"])
+    imported = _phase(ok, "import")
+    assert imported["parent"] == "test"
+    assert imported["module_count"] == 3  # heavy, heavy.core, heavy.helpers
+    assert "modules" not in imported  # only with --npu-lazy-json-modules
+    watched = {w["pattern"]: w for w in imported["watched"]}
+    assert watched["heavy"]["module"] == "heavy" and watched["heavy"]["count"] == 3
+    helpers = watched["heavy.helpers"]
+    assert helpers["count"] == 1
+    assert _modules(helpers["chain"]) == ["heavy.helpers", "heavy.core", "test_suite"]
+    assert helpers["chain"][-1] == f"test_suite (test_suite.py:{IMPORT_LINE} in test_import_ok)"
+    assert helpers["trigger"].startswith("heavy") and "core.py:1" in helpers["trigger"]
+    assert _phase(ok, "collect")["watched"] == []  # the test module, nothing watched
+
+    bad = tests["test_suite.py::test_import_violates"]
+    assert bad["violation"] == {"kind": "loaded", "module": "heavy.helpers", "phase": "import",
+                                "chain": bad["violation"]["chain"]}
+    assert _modules(bad["violation"]["chain"]) == ["heavy.helpers", "heavy.core", "test_suite"]
+    assert "must not be loaded yet" in bad["message"]
+    missing = tests["test_suite.py::test_expected_missing"]
+    assert missing["violation"]["kind"] == "missing" and missing["violation"]["module"] == "heavy"
+    assert tests["test_suite.py::test_skipped"]["message"] == "Skipped: not here"
+    assert tests["test_suite.py::test_xfailed"]["message"] == "xfail: known"
+    assert "RuntimeError: no setup" in tests["test_suite.py::test_setup_error"]["message"]
+    plain = tests["test_plain.py::test_not_isolated"]
+    assert plain["isolation"] is None and plain["phases"] == []
+    assert sorted(p.name for p in (suite.path / "out").iterdir()) == ["junit.xml", "report.json"]  # no temp file left
+
+
+def test_json_modules_option_adds_the_waterfall_data(suite, run_pytest):
+    run = run_pytest("--npu-lazy-json=r.json", "--npu-lazy-json-modules", "-k", "import_ok")
+    assert run.result.ret == 0, run.text()
+    test = _tests(load_report(suite.path / "r.json"))["test_suite.py::test_import_ok"]
+    modules = {m["name"]: m for m in _phase(test, "import")["modules"]}
+    assert set(modules) == {"heavy", "heavy.core", "heavy.helpers"}
+    assert modules["heavy.helpers"]["parent"] == "heavy.core"
+    phase = _phase(test, "import")
+    for module in modules.values():
+        assert phase["start"] <= module["start"] <= phase["start"] + phase["duration"]
+        assert 0 <= module["duration"] <= phase["duration"]
+
+
+def test_xdist_writes_one_merged_report(suite, run_pytest):
+    run = run_pytest("-n", "2", "--npu-lazy-json=out/merged.json")
+    assert run.result.ret == pytest.ExitCode.TESTS_FAILED, run.text()
+    report = load_report(suite.path / "out" / "merged.json")
+    tests = _tests(report)
+    assert {n: t["outcome"] for n, t in tests.items()} == EXPECTED_OUTCOMES
+    assert len(report["tests"]) == len(EXPECTED_OUTCOMES)  # each test once
+    assert {t["worker"] for t in report["tests"]} == {"gw0", "gw1"}
+    assert report["run"]["xdist_workers"] == 2
+    assert _phase(tests["test_suite.py::test_import_ok"], "import")["module_count"] == 3
+    assert [p.name for p in (suite.path / "out").iterdir()] == ["merged.json"]  # workers wrote nothing
+
+
+def test_junit_xml_carries_the_key_facts(suite, run_pytest):
+    run = run_pytest("--junitxml=junit.xml")
+    assert run.result.ret == pytest.ExitCode.TESTS_FAILED, run.text()
+    root = ET.parse(suite.path / "junit.xml").getroot()
+    suite_props = {p.get("name"): p.get("value") for p in root.find("testsuite").find("properties")}
+    assert suite_props["npu_lazy.torch_npu"] and suite_props["npu_lazy.triton_flavour"]
+    assert "npu_lazy.cann_mode" in suite_props
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+
+    def props(name):
+        node = cases[name].find("properties")
+        return {} if node is None else {p.get("name"): p.get("value") for p in node}
+
+    ok = props("test_import_ok")
+    assert ok["npu_lazy.isolation"] == "fork"
+    assert ok["npu_lazy.first_loaded.heavy"] == "import"
+    assert _modules(ok["npu_lazy.chain.heavy.helpers"].split(" <- ")) == ["heavy.helpers", "heavy.core", "test_suite"]
+    assert "import " in ok["npu_lazy.phases"] and "(3 modules)" in ok["npu_lazy.phases"]
+    assert "npu_lazy.violation" not in ok
+    bad = props("test_import_violates")
+    assert bad["npu_lazy.violation"].startswith("heavy.helpers (loaded) in phase import: heavy.helpers <- heavy.core")
+    assert bad["npu_lazy.violation"].endswith("test_suite (test_suite.py:12 in test_import_violates)")
+    assert props("test_expected_missing")["npu_lazy.first_loaded.heavy"] == "not loaded"
+    assert props("test_not_isolated") == {}
+
+
+def test_junit_properties_under_xdist(suite, run_pytest):
+    run_pytest("-n", "2", "--junitxml=junit.xml", "-k", "import_ok")
+    root = ET.parse(suite.path / "junit.xml").getroot()
+    (case,) = list(root.iter("testcase"))
+    names = [p.get("name") for p in case.find("properties")]
+    assert names.count("npu_lazy.first_loaded.heavy") == 1  # added once, by the controller
+
+
+def test_terminal_summary(suite, run_pytest):
+    text = run_pytest().result.stdout.str()
+    section = text.split("npu_lazy: phases and watched modules", 1)[1]
+    assert "PASSED test_suite.py::test_import_ok  (fork," in section
+    assert re.search(r"\| import \d+\.\d{3}s \+3 \[heavy\.helpers \(1\), heavy \(3\)\] \| teardown", section)
+    assert "<< VIOLATION: heavy.helpers must not be loaded" in section
+    assert "<< VIOLATION: heavy was not loaded" in section
+    assert "test_not_isolated" not in section  # not isolated: nothing to say
+
+    verbose = run_pytest("-v").result.stdout.str().split("npu_lazy: phases and watched modules", 1)[1]
+    assert re.search(rf"heavy\.helpers <- heavy\.core.* <- test_suite \(test_suite\.py:{IMPORT_LINE} in test_import_ok\)",
+                     verbose)
+    assert "3 modules" in verbose
+
+    quiet = run_pytest("-q").result.stdout.str().split("npu_lazy: phases and watched modules", 1)[1]
+    assert "test_import_violates" in quiet and "test_import_ok" not in quiet  # -q: only what broke
+
+
+def test_default_watch_list(pytester, run_pytest, fake_heavy_package):
+    pytester.makepyfile(test_one="""
+        import pytest
+
+        @pytest.mark.npu_lazy(preload=[])
+        def test_one():
+            import heavy
+    """)
+    run = run_pytest("--npu-lazy-json=r.json")
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert report["run"]["watch"] == list(DEFAULT_WATCH)
+    assert run.reports[-1]["npu_lazy"]["watch"] == list(DEFAULT_WATCH)
+    assert all(p["watched"] == [] for p in report["tests"][0]["phases"])
+
+
+def test_unwritable_report_path_fails_the_run_clearly(suite, run_pytest):
+    (suite.path / "blocker").write_text("a file, not a directory")
+    run = run_pytest("--npu-lazy-json=blocker/r.json", "-k", "import_ok")
+    assert run.result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "npu_lazy: cannot write the JSON report to blocker/r.json" in run.text()
