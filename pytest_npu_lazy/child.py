@@ -138,6 +138,8 @@ class TestRun:
         probe.set_active_state(self.state)
         self.relay = ChildRelay(channel, config, self.state)
         self._stacks = tempfile.TemporaryFile()
+        self.item: pytest.Item | None = None
+        self.collected = False
 
     def prepare(self) -> bool:
         """Hand over crash files, apply blocks and tracking; False if the test cannot run."""
@@ -158,20 +160,31 @@ class TestRun:
             return False
         return True
 
-    def run(self, item: pytest.Item | None) -> None:
-        if item is None:
+    def collect(self, session: pytest.Session) -> None:
+        """Prepare and collect the test: in a spare child, while the previous test still runs."""
+        self.item = collect_one(session, self.relay, self.nodeid) if self.prepare() else None
+        self.collected = True
+
+    def execute(self) -> None:
+        if not self.collected:
+            return  # prepare() already said why the test cannot run
+        if self.item is None:
             text = "\n\n".join(str(r.longrepr) for r in self.relay.collect_failures) or (
                 f"the isolated child collected no test named {self.nodeid!r}; a collection hook "
                 "deselected it there, or the test module defines tests differently on each import.")
             self.not_run(text, error=True)
             return
-        item.ihook.pytest_runtest_protocol(item=item, nextitem=None)
+        self.item.ihook.pytest_runtest_protocol(item=self.item, nextitem=None)
 
     def not_run(self, text: str, error: bool) -> None:
         self.channel.send("not_run", text=text, error=error)
+        self.collected = False
 
-    def guarded(self, body) -> None:
-        """Run ``body``; turn Ctrl-C and pytest.exit() into messages the pytest process re-raises."""
+    def guarded(self, body) -> bool:
+        """Run ``body``; turn Ctrl-C and pytest.exit() into messages the pytest process re-raises.
+
+        Returns False when the test must not go on.
+        """
         from _pytest.outcomes import Exit
 
         try:
@@ -185,7 +198,9 @@ class TestRun:
 
             self.channel.send("internal_error", text=traceback.format_exc())
             raise
-        self.channel.send("finished")
+        else:
+            return True
+        return False
 
 
 def node_argument(config: pytest.Config, nodeid: str) -> str:
@@ -204,23 +219,30 @@ def collect_one(session: pytest.Session, relay: ChildRelay, nodeid: str) -> pyte
 
 
 def serve_child(channel: Channel, session: pytest.Session, baseline: Baseline, isolation: str) -> None:
-    """Entry point of a forked child: wait for a test, run it, report, exit."""
+    """Entry point of a forked child: take a test, collect it, run it when told, report, exit.
+
+    A spare child usually gets ``prepare`` while the test before it still
+    runs, so its collection is off the critical path; ``run`` then starts
+    the protocol at once.
+    """
     _reset_signals()
     RECORDER.reset_after_fork()
     try:
         message = channel.recv()
+        if message.kind not in ("prepare", "run"):
+            return
+        run = TestRun(channel, session.config, settings_from_payload(message.payload["settings"]),
+                      message.payload["nodeid"], isolation)
+        go_on = run.guarded(lambda: run.collect(session))
+        if message.kind == "prepare":
+            message = channel.recv()
+            if message.kind != "run" or message.payload["nodeid"] != run.nodeid:
+                return
     except ChannelClosed:
         return  # a spare child that was never needed
-    if message.kind != "run":
-        return
-    settings = settings_from_payload(message.payload["settings"])
-    run = TestRun(channel, session.config, settings, message.payload["nodeid"], isolation)
-
-    def body() -> None:
-        if run.prepare():
-            run.run(collect_one(session, run.relay, run.nodeid))
-
-    run.guarded(body)
+    if go_on:
+        run.guarded(run.execute)
+    channel.send("finished")
     sys.stdout.flush()
     sys.stderr.flush()
 
@@ -262,15 +284,14 @@ class SpawnedSession:
         if failure is not None:
             self.run.not_run(f"npu_lazy: {settings.baseline.label} could not be prepared: {failure}", error=True)
             self._exit(finished=True)
-        if not self.run.prepare():
-            self._exit(finished=True)
+        self.run.collected = self.run.prepare()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
         run = self.run
-        item = next((i for i in [*session.items, *run.relay.deselected] if i.nodeid == run.nodeid), None)
-        run.guarded(lambda: run.run(item))
-        self._exit(finished=False)
+        run.item = next((i for i in [*session.items, *run.relay.deselected] if i.nodeid == run.nodeid), None)
+        run.guarded(run.execute)
+        self._exit(finished=True)
         return True  # pragma: no cover - _exit does not return
 
     def _exit(self, finished: bool) -> None:

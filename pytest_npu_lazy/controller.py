@@ -48,6 +48,8 @@ class Child(Protocol):
 class Launcher(Protocol):
     def child(self, item: pytest.Item, settings: TestSettings) -> Child: ...
 
+    def prepare(self, item: pytest.Item, settings: TestSettings) -> None: ...
+
 
 class IsolationController:
     """Registered as a plugin in pytest_configure, so its hook runs before pytest-forked's."""
@@ -70,11 +72,23 @@ class IsolationController:
             return None
         self._log_start(item)
         try:
-            ChildRun(self.config, item, settings, self.launchers[settings.isolation]).run()
+            ChildRun(self.config, item, settings, self.launchers[settings.isolation]).run(
+                lambda: self._prepare_next(nextitem))
         finally:
             item.session._setupstate.teardown_exact(nextitem)
             self._log_finish(item)
         return True
+
+    def _prepare_next(self, nextitem: pytest.Item | None) -> None:
+        """Start collecting the next test in a spare child while this one runs."""
+        if nextitem is None:
+            return
+        try:
+            settings = self.resolver.for_item(nextitem)
+        except MarkerError:
+            return
+        if settings.isolated:
+            self.launchers[settings.isolation].prepare(nextitem, settings)
 
     def _isolated(self, item: pytest.Item) -> bool:
         try:
@@ -118,7 +132,7 @@ class ChildRun:
         self.child: Child | None = None
         self.internal_error: str | None = None  # a traceback of pytest-npu-lazy's own code in the child
 
-    def run(self) -> None:
+    def run(self, prepare_next=lambda: None) -> None:
         try:
             self.child = self.launcher.child(self.item, self.settings)
         except NpuLazyError as exc:
@@ -126,6 +140,7 @@ class ChildRun:
             return
         try:
             self.child.channel.send("run", nodeid=self.item.nodeid, settings=self.settings.to_dict())
+            prepare_next()
             self._relay()
         except BaseException:
             kill_group(self.child.pgid, signal.SIGKILL)

@@ -10,6 +10,7 @@ passing or failing by accident.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import linecache
 import sys
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import Any, Callable, Iterator
 from .blocking import ModuleBlocker
 from .errors import BaselineContaminatedError, BlockError, ProbeUsageError
 from .modules import unknown_name_problem
-from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder
+from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder, matches
 from .schema import DEFAULT_WATCH
 from .tracking import CallTracker
 
@@ -56,6 +57,8 @@ class ProbeState:
     phases: list[PhaseSpan] = field(default_factory=list)
     blocker: ModuleBlocker = field(default_factory=ModuleBlocker)
     tracker: CallTracker | None = None
+    #: how many import records the baseline holds: this test's own come after them
+    records_before: int = 0
     #: modules whose loading a failing phase explains (ini npu_lazy_watch)
     watch: tuple[str, ...] = DEFAULT_WATCH
 
@@ -127,13 +130,12 @@ class ProbeState:
         chain. Chains are kept for watched modules only, to stay small.
         """
         watch = self.watch
-        from .recorder import matches
-
         t0 = self.baseline_cutoff
         by_phase: dict[str, list[ImportRecord]] = {}
-        for record in self.recorder.iter_records():
-            if record.started >= t0 and record.status in ("loaded", "untracked"):
-                by_phase.setdefault(record.phase, []).append(record)
+        since = itertools.islice(self.recorder.records.values(), self.records_before, None)  # in load order
+        ours = [r for r in since if r.started >= t0 and r.status in ("loaded", "untracked")]
+        for record in sorted(ours, key=lambda r: r.started):
+            by_phase.setdefault(record.phase, []).append(record)
         spans = [(span.name, span.parent, span.started - t0, span.duration) for span in self.phases]
         named = {span.name for span in self.phases}
         # loads between the test's start and its first runner phase keep the phase they happened in
@@ -146,7 +148,7 @@ class ProbeState:
                 hits = [r for r in records if matches(r.name, pattern)]
                 if not hits:
                     continue
-                first = next((r for r in hits if r.name == pattern), hits[0])
+                first = _explaining_record(hits, pattern)
                 found.append({
                     "pattern": pattern, "module": first.name, "count": len(hits), "duration": first.duration,
                     "chain": [m if where is None else f"{m} ({where})" for m, where in self.recorder.links(first.name)],
@@ -461,7 +463,8 @@ def new_state(nodeid: str, isolation: str, baseline_label: str, preload=(), reco
         recorder.install()
     recorder.sweep()
     return ProbeState(recorder=recorder, nodeid=nodeid, baseline_cutoff=recorder._now(),
-                      isolation=isolation, baseline_label=baseline_label, preload=tuple(preload))
+                      isolation=isolation, baseline_label=baseline_label, preload=tuple(preload),
+                      records_before=len(recorder.records))
 
 
 _ACTIVE: ProbeState | None = None

@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable
 
 #: Phases of the pytest process and of the zygote: what a test starts from.
 BASELINE_PHASES = ("before-recording", "pytest", "preload")
@@ -252,9 +252,6 @@ class ImportRecorder:
 
     def in_phase(self, phase: str) -> list[ImportRecord]:
         return [r for r in self.records.values() if r.phase == phase]
-
-    def iter_records(self) -> Iterator[ImportRecord]:
-        return iter(sorted(self.records.values(), key=lambda r: r.started))
 
     # -- the wrapper ----------------------------------------------------------
     def _now(self) -> float:

@@ -61,6 +61,9 @@ class SpawnLauncher:
         self.config = config
         self.extra_env = extra_env or {}
 
+    def prepare(self, item: pytest.Item, settings: TestSettings) -> None:
+        """Nothing to do ahead of time: a spawned child starts from scratch by design."""
+
     def child(self, item: pytest.Item, settings: TestSettings) -> SpawnedChild:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ, **self.extra_env)

@@ -302,6 +302,19 @@ class ZygoteHandle:
             self.channel.send("fork_child")
             self.fork_requested = True
 
+    def take_spare(self) -> ChildHandle | None:
+        """The child forked ahead of time, if it is there already; never waits."""
+        if self.spare is None and self.fork_requested and not self.dead:
+            try:
+                child = self._pump(0)
+            except ZygoteError:
+                return None
+            if child is not None:
+                self.spare = child
+        if self.spare is None:
+            return None
+        return self.take_child()
+
     def take_child(self) -> ChildHandle:
         if self.spare is None:
             self.request_fork()
@@ -355,6 +368,7 @@ class ZygotePool:
         self._root: Channel | None = None
         self._zygotes: dict[Baseline, ZygoteHandle] = {}
         self._zygote_exits: dict[int, int] = {}
+        self._prepared: dict[str, ChildHandle] = {}  # node id -> a child already collecting it
         self.root_restarts = 0
 
     def start_root(self) -> None:
@@ -440,13 +454,36 @@ class ZygotePool:
             "reports any test that asserts about them.")
 
     def child(self, item, settings) -> ChildHandle:
-        """A forked child for ``settings.baseline`` (the Launcher protocol of the controller)."""
+        """A forked child collecting ``item`` (the Launcher protocol of the controller)."""
+        prepared = self._prepared.pop(item.nodeid, None)
+        if prepared is not None:
+            return prepared
         zygote = self._zygote(settings.baseline)
         if zygote.error:
             raise ZygoteError(f"{settings.baseline.label} could not be prepared: {zygote.error}")
-        return zygote.take_child()
+        child = zygote.take_child()
+        child.channel.send("prepare", nodeid=item.nodeid, settings=settings.to_dict())
+        return child
+
+    def prepare(self, item, settings) -> None:
+        """Let a spare child collect the next test while this one runs; skipped when it would wait."""
+        zygote = self._zygotes.get(settings.baseline)
+        if item.nodeid in self._prepared or zygote is None or not zygote.ready or zygote.error:
+            return
+        child = zygote.take_spare()
+        if child is None:
+            return
+        try:
+            child.channel.send("prepare", nodeid=item.nodeid, settings=settings.to_dict())
+        except OSError:
+            child.close()
+            return
+        self._prepared[item.nodeid] = child
 
     def shutdown(self) -> None:
+        for child in self._prepared.values():
+            child.close()
+        self._prepared.clear()
         for zygote in self._zygotes.values():
             zygote.close()
         self._zygotes.clear()
