@@ -27,6 +27,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .child import serve_child
 from .errors import NpuLazyWarning, ZygoteError
 from .processes import ChildWatcher, die_with_parent, kill_group
 from .protocol import Channel, ChannelClosed, Message, describe_status
@@ -124,8 +125,6 @@ def serve_zygote(channel: Channel, session, baseline: Baseline) -> None:
         ours, theirs = Channel.pair()
         pid = os.fork()
         if pid == 0:
-            from .child import serve_child
-
             os.setpgid(0, 0)
             _run_forked(lambda: serve_child(theirs, session, baseline, "fork"), close=[channel, ours])
         try:
