@@ -42,16 +42,16 @@ def settings_from_payload(payload: dict) -> TestSettings:
 class ChildRelay:
     """Plugin registered in the child: forwards reports and warnings as they happen."""
 
-    def __init__(self, channel: Channel, config: pytest.Config, state: probe.ProbeState) -> None:
+    def __init__(self, channel: Channel, config: pytest.Config) -> None:
         self.channel = channel
         self.config = config
-        self.state = state
+        self.state: probe.ProbeState | None = None  # known once the child is given its test
         self.collect_failures: list[pytest.CollectReport] = []
         self.deselected: list[pytest.Item] = []
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "teardown":
+        if report.when == "teardown" and self.state is not None:
             self.state.finish()
             report.npu_lazy = self.state.summary()  # type: ignore[attr-defined]
         data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
@@ -124,32 +124,43 @@ def _private_capture(config: pytest.Config) -> list[int]:
     return [c.tmpfile.fileno() if isinstance(c, FDCapture) else -1 for c in (capturing.out, capturing.err)]
 
 
+def become_test_process(channel: Channel, config: pytest.Config) -> ChildRelay:
+    """Everything a child does before it knows its test: a spare child does it while it waits.
+
+    It stops writing to the terminal, sends home the files a crash report
+    reads (the stack dump, its own capture files) and starts relaying reports.
+    """
+    _quiet(config)
+    relay = ChildRelay(channel, config)
+    config.pluginmanager.register(relay, "npu_lazy_child_relay")
+    stacks = tempfile.TemporaryFile()
+    faulthandler.enable(stacks, all_threads=True)
+    faulthandler.register(signal.SIGUSR1, stacks, all_threads=True)
+    fds = [stacks.fileno(), *_private_capture(config)]
+    channel.send("files", fds=[fd for fd in fds if fd >= 0],
+                 names=[name for name, fd in zip(FILE_NAMES, fds) if fd >= 0])
+    relay.stacks = stacks  # type: ignore[attr-defined]  # kept open as long as the process lives
+    return relay
+
+
 class TestRun:
     """One isolated test inside the child process."""
 
-    def __init__(self, channel: Channel, config: pytest.Config, settings: TestSettings,
-                 nodeid: str, isolation: str) -> None:
-        self.channel = channel
-        self.config = config
+    def __init__(self, relay: ChildRelay, settings: TestSettings, nodeid: str, isolation: str) -> None:
+        self.relay = relay
+        self.channel = relay.channel
+        self.config = relay.config
         self.settings = settings
         self.nodeid = nodeid
         self.state = probe.new_state(nodeid, isolation, settings.baseline.label, settings.baseline.preload)
-        self.state.watch = tuple(config.getini("npu_lazy_watch"))
+        self.state.watch = tuple(self.config.getini("npu_lazy_watch"))
         probe.set_active_state(self.state)
-        self.relay = ChildRelay(channel, config, self.state)
-        self._stacks = tempfile.TemporaryFile()
+        relay.state = self.state
         self.item: pytest.Item | None = None
         self.collected = False
 
     def prepare(self) -> bool:
-        """Hand over crash files, apply blocks and tracking; False if the test cannot run."""
-        _quiet(self.config)
-        self.config.pluginmanager.register(self.relay, "npu_lazy_child_relay")
-        faulthandler.enable(self._stacks, all_threads=True)
-        faulthandler.register(signal.SIGUSR1, self._stacks, all_threads=True)
-        fds = [self._stacks.fileno(), *_private_capture(self.config)]
-        self.channel.send("files", fds=[fd for fd in fds if fd >= 0],
-                          names=[name for name, fd in zip(FILE_NAMES, fds) if fd >= 0])
+        """Apply the marker's blocks and tracking; False if the test cannot run."""
         self.state.runner_phase("collect")
         try:
             self.state.blocker.block(*self.settings.block)
@@ -227,12 +238,12 @@ def serve_child(channel: Channel, session: pytest.Session, baseline: Baseline, i
     """
     _reset_signals()
     RECORDER.reset_after_fork()
+    relay = become_test_process(channel, session.config)
     try:
         message = channel.recv()
         if message.kind not in ("prepare", "run"):
             return
-        run = TestRun(channel, session.config, settings_from_payload(message.payload["settings"]),
-                      message.payload["nodeid"], isolation)
+        run = TestRun(relay, settings_from_payload(message.payload["settings"]), message.payload["nodeid"], isolation)
         go_on = run.guarded(lambda: run.collect(session))
         if message.kind == "prepare":
             message = channel.recv()
@@ -280,7 +291,8 @@ class SpawnedSession:
             except BaseException:
                 failure = f"importing preload module {module!r} failed:\n{traceback.format_exc()}"
                 break
-        self.run = TestRun(self.channel, self.config, settings, message.payload["nodeid"], "spawn")
+        self.run = TestRun(become_test_process(self.channel, self.config), settings, message.payload["nodeid"],
+                           "spawn")
         if failure is not None:
             self.run.not_run(f"npu_lazy: {settings.baseline.label} could not be prepared: {failure}", error=True)
             self._exit(finished=True)

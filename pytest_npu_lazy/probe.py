@@ -10,7 +10,6 @@ passing or failing by accident.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import linecache
 import sys
 from dataclasses import dataclass, field
@@ -57,8 +56,8 @@ class ProbeState:
     phases: list[PhaseSpan] = field(default_factory=list)
     blocker: ModuleBlocker = field(default_factory=ModuleBlocker)
     tracker: CallTracker | None = None
-    #: how many import records the baseline holds: this test's own come after them
-    records_before: int = 0
+    #: how many import attempts the baseline made: this test's own come after them
+    attempts_before: int = 0
     #: modules whose loading a failing phase explains (ini npu_lazy_watch)
     watch: tuple[str, ...] = DEFAULT_WATCH
 
@@ -132,8 +131,9 @@ class ProbeState:
         watch = self.watch
         t0 = self.baseline_cutoff
         by_phase: dict[str, list[ImportRecord]] = {}
-        since = itertools.islice(self.recorder.records.values(), self.records_before, None)  # in load order
-        ours = [r for r in since if r.started >= t0 and r.status in ("loaded", "untracked")]
+        records = self.recorder.records
+        ours = [r for r in self.recorder.attempts[self.attempts_before:]  # this test's, in load order
+                if r.status in ("loaded", "untracked") and records.get(r.name) is r]
         for record in sorted(ours, key=lambda r: r.started):
             by_phase.setdefault(record.phase, []).append(record)
         spans = [(span.name, span.parent, span.started - t0, span.duration) for span in self.phases]
@@ -464,7 +464,7 @@ def new_state(nodeid: str, isolation: str, baseline_label: str, preload=(), reco
     recorder.sweep()
     return ProbeState(recorder=recorder, nodeid=nodeid, baseline_cutoff=recorder._now(),
                       isolation=isolation, baseline_label=baseline_label, preload=tuple(preload),
-                      records_before=len(recorder.records))
+                      attempts_before=len(recorder.attempts))
 
 
 _ACTIVE: ProbeState | None = None

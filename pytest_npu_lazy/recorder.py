@@ -16,6 +16,7 @@ system (``module_from_spec`` + ``exec_module``) are picked up by a
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import importlib._bootstrap as _bootstrap
 import os
 import sys
@@ -139,7 +140,8 @@ class ImportRecorder:
         self._epoch = time.perf_counter()
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._known: set[str] = set()
+        self._known_count = 0
+        self._last_known: str | None = None
         self._load_hooks: dict[str, list[Callable[[str], None]]] = {}
         self._original: Callable | None = None
 
@@ -155,7 +157,7 @@ class ImportRecorder:
         for name, module in list(sys.modules.items()):
             if module is not None and name not in self.records:
                 self.records[name] = ImportRecord(name, "before-recording", 0.0, status="loaded")
-        self._known = set(sys.modules)
+        self._remember_modules()
         self.phase = phase
         self._original = _bootstrap._find_and_load
         _bootstrap._find_and_load = self._find_and_load
@@ -178,13 +180,30 @@ class ImportRecorder:
         return previous
 
     def sweep(self) -> None:
-        """Attribute modules that bypassed the import system to the phase now ending."""
-        current = set(sys.modules)
-        for name in sorted(current - self._known):
-            if name not in self.records and sys.modules.get(name) is not None:
-                self.records[name] = ImportRecord(
-                    name, self.phase, self._now(), parent=self._enclosing_package(name), status="untracked")
-        self._known = current
+        """Attribute modules that bypassed the import system to the phase now ending.
+
+        New modules sit at the end of ``sys.modules`` (a dict keeps insertion
+        order), so only the tail since the last sweep is read; touching every
+        name would copy thousands of pages in a freshly forked child.
+        """
+        modules = sys.modules
+        count = len(modules)
+        tail = list(itertools.islice(reversed(modules), max(count - self._known_count, 0) + 1))
+        if count == self._known_count and tail[:1] == [self._last_known]:
+            return
+        if count < self._known_count or tail[-1] != self._last_known:
+            tail = list(modules)  # something was removed as well: look at everything
+        now = self._now()
+        for name in reversed(tail):
+            if name not in self.records and modules.get(name) is not None:
+                record = ImportRecord(name, self.phase, now, parent=self._enclosing_package(name), status="untracked")
+                self.records[name] = record
+                self.attempts.append(record)
+        self._remember_modules()
+
+    def _remember_modules(self) -> None:
+        self._known_count = len(sys.modules)
+        self._last_known = next(reversed(sys.modules), None)
 
     def _enclosing_package(self, name: str) -> str | None:
         """An untracked module was most likely loaded by its package's own code."""
@@ -298,7 +317,6 @@ class ImportRecorder:
             record.duration = time.perf_counter() - started
             stack.pop()
         record.status = "loaded"
-        self._known.add(name)
         hooks = self._load_hooks.pop(name, None)
         if hooks:
             for hook in hooks:

@@ -301,19 +301,6 @@ class ZygoteHandle:
             self.channel.send("fork_child")
             self.fork_requested = True
 
-    def take_spare(self) -> ChildHandle | None:
-        """The child forked ahead of time, if it is there already; never waits."""
-        if self.spare is None and self.fork_requested and not self.dead:
-            try:
-                child = self._pump(0)
-            except ZygoteError:
-                return None
-            if child is not None:
-                self.spare = child
-        if self.spare is None:
-            return None
-        return self.take_child()
-
     def take_child(self) -> ChildHandle:
         if self.spare is None:
             self.request_fork()
@@ -455,8 +442,10 @@ class ZygotePool:
     def child(self, item, settings) -> ChildHandle:
         """A forked child collecting ``item`` (the Launcher protocol of the controller)."""
         prepared = self._prepared.pop(item.nodeid, None)
-        if prepared is not None:
+        if prepared is not None and not prepared.zygote.dead:
             return prepared
+        if prepared is not None:  # its zygote died since: it died with it
+            prepared.close()
         zygote = self._zygote(settings.baseline)
         if zygote.error:
             raise ZygoteError(f"{settings.baseline.label} could not be prepared: {zygote.error}")
@@ -465,12 +454,13 @@ class ZygotePool:
         return child
 
     def prepare(self, item, settings) -> None:
-        """Let a spare child collect the next test while this one runs; skipped when it would wait."""
+        """Let a spare child collect the next test while this one runs (not while a preload is running)."""
         zygote = self._zygotes.get(settings.baseline)
         if item.nodeid in self._prepared or zygote is None or not zygote.ready or zygote.error:
             return
-        child = zygote.take_spare()
-        if child is None:
+        try:
+            child = zygote.take_child()  # the fork asked for a moment ago: waiting overlaps the running test
+        except ZygoteError:
             return
         try:
             child.channel.send("prepare", nodeid=item.nodeid, settings=settings.to_dict())
