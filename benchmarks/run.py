@@ -590,8 +590,8 @@ def markdown(results: dict) -> str:
         if suite.get("speedup_ceiling"):
             out.append(f"Time inside the tests (sum of logstart..logfinish, the first one with the zygote's "
                        f"startup) with pytest-npu-lazy: {suite['npu_lazy']['sum_of_test_spans_s']:.1f} s, which "
-                       f"is mostly work both suites do (Dynamo tracing, Inductor compiling, first calls, the "
-                       f"zoo's nested pytest runs); so even a free harness could not be more than "
+                       f"is mostly work both suites do (Dynamo tracing, Inductor compiling, first calls, "
+                       f"the zoo's regressions); so even a free harness could not be more than "
                        f"{suite['speedup_ceiling']:.2f}x faster than the subprocess suite here.")
             out.append("")
         files = sorted(set(suite["npu_lazy"].get("by_file_s", {})) | set(suite["subprocess"].get("by_file_s", {})))

@@ -166,21 +166,6 @@ def pytest_report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] 
 @pytest.fixture
 def npu_lazy(request: pytest.FixtureRequest) -> Iterator[probe.NpuLazy]:
     """Deferred-loading probe: phases, compile-vs-eager, assert_(not_)loaded, ran, block."""
-    state = probe.active_state()
-    if state is not None and state.nodeid == request.node.nodeid:
-        yield probe.NpuLazy(state)
-        return
-    forked = bool(getattr(request.config.option, "forked", False)) or request.node.get_closest_marker("forked")
-    where = "a fork of the pytest process (pytest-forked)" if forked else "the pytest process (test not isolated)"
-    state = probe.new_state(request.node.nodeid, "in-process", where)
-    probe.set_active_state(state)
-    try:
-        settings = request.config.stash[_STATE_KEY].resolver.for_item(request.node)
-        state.blocker.block(*settings.block)
-        for target in settings.track:
-            state.tracker.track(target)
-        yield probe.NpuLazy(state)
-    finally:
-        state.finish()
-        probe.set_active_state(None)
-        RECORDER.set_phase("pytest")
+    resolver = request.config.stash[_STATE_KEY].resolver
+    with probe.probe_for(request.node, lambda: resolver.for_item(request.node)) as lazy:
+        yield lazy

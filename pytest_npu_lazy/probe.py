@@ -467,6 +467,33 @@ def new_state(nodeid: str, isolation: str, baseline_label: str, preload=(), reco
                       attempts_before=len(recorder.attempts))
 
 
+@contextlib.contextmanager
+def probe_for(node, settings) -> Iterator[NpuLazy]:
+    """The fixture's object: the isolated child's own state, or one made here for an in-process test.
+
+    ``settings`` resolves the test's marker options; it is only called in-process.
+    """
+    state = active_state()
+    if state is not None and state.nodeid == node.nodeid:
+        yield NpuLazy(state)
+        return
+    config = node.config
+    forked = bool(getattr(config.option, "forked", False)) or node.get_closest_marker("forked")
+    where = "a fork of the pytest process (pytest-forked)" if forked else "the pytest process (test not isolated)"
+    state = new_state(node.nodeid, "in-process", where)
+    set_active_state(state)
+    try:
+        options = settings()
+        state.blocker.block(*options.block)
+        for target in options.track:
+            state.tracker.track(target)
+        yield NpuLazy(state)
+    finally:
+        state.finish()
+        set_active_state(None)
+        state.recorder.set_phase("pytest")
+
+
 _ACTIVE: ProbeState | None = None
 
 

@@ -1,16 +1,16 @@
 """The regression zoo (test/dynamo/test_regression_zoo.py): each known regression breaks its check.
 
 Each regression runs the one check it breaks in one process, with the
-regression installed first (test/dynamo/regressions.py); the control runs
-the same four checks without any regression, which in this style takes one
-clean process per check.
+regression installed first (test/dynamo/regressions.py). As in test/dynamo,
+the same checks without a regression, run by the rest of the suite, are
+the control.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from .conftest import DYNAMO, check, run_code
+from .conftest import DYNAMO, run_code
 from .test_first_call import matches_eager_code
 from .test_import import IMPORT_DEFERS
 from .test_triton import TRITON_HELPERS
@@ -28,11 +28,6 @@ def _with_regression(name: str) -> str:
     return (f"sys.path.insert(0, {str(DYNAMO)!r})\n"
             f"from regressions import REGRESSIONS\n"
             f"REGRESSIONS[{name!r}]()\n")
-
-
-def test_control_run_passes():
-    for code in ZOO.values():  # one clean process per check
-        check(code)
 
 
 @pytest.mark.parametrize("regression", list(ZOO))
