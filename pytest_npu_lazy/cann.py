@@ -959,14 +959,19 @@ def _activate_stub(mode: str, spec: StubSpec, cache_root: Path, why: str) -> Can
         )
     stub_dir = build_stub(spec, cache_root)
     load_stub(stub_dir)
+    detail = f"every CANN call fails with {NO_DEVICE_ERROR} ({why})"
+    return _stub_status(mode, stub_dir, detail, len(spec.libraries), spec.symbol_count, cache_root)
+
+
+def _stub_status(mode: str, stub_dir: Path, detail: str, sonames: int, symbols: int, cache_root: Path) -> CannStatus:
     return CannStatus(
         requested=mode,
         active="stub",
         version=None,
         stub_dir=str(stub_dir),
-        detail=f"CANN host stub, no NPU device: every CANN call fails with {NO_DEVICE_ERROR} ({why})",
-        sonames=len(spec.libraries),
-        symbols=spec.symbol_count,
+        detail=f"CANN host stub, no NPU device: {detail}",
+        sonames=sonames,
+        symbols=symbols,
         cache_dir=str(cache_root),
         library_dirs=(str(stub_dir),),
     )
@@ -987,17 +992,8 @@ def _already_imported(mode: str, cache_root: Path) -> CannStatus:
     stub_dir = _mapped_stub_dir()
     if stub_dir is not None and mode != "real":
         manifest = _read_manifest(stub_dir)
-        return CannStatus(
-            requested=mode,
-            active="stub",
-            version=None,
-            stub_dir=str(stub_dir),
-            detail=f"CANN host stub, no NPU device: torch_npu was already imported with the stub in {stub_dir}",
-            sonames=len(manifest["libraries"]),
-            symbols=manifest["total_symbols"],
-            cache_dir=str(cache_root),
-            library_dirs=(str(stub_dir),),
-        )
+        detail = f"torch_npu was already imported with the stub in {stub_dir}"
+        return _stub_status(mode, stub_dir, detail, len(manifest["libraries"]), manifest["total_symbols"], cache_root)
     if stub_dir is None and mode != "stub":
         root = _toolkit_root({})
         version = _cann_version([root] if root else [])

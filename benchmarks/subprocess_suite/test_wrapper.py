@@ -3,18 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from facts import WRAPPER_KWARGS
 
 from .conftest import check
-
-WRAPPER_KWARGS = [
-    pytest.param({}, id="plain"),
-    pytest.param({"options": {"enable_shape_handling": True}}, id="enable_shape_handling"),
-    pytest.param({"options": {"npu_backend": "default"}}, id="npu_backend-default"),
-    pytest.param({"options": {"npu_backend": "ascendc"}}, id="npu_backend-ascendc"),
-    pytest.param({"mode": "reduce-overhead"}, id="mode-reduce-overhead"),
-    pytest.param({"mode": "max-autotune"}, id="mode-max-autotune"),
-    pytest.param({"dynamic": True}, id="dynamic"),
-]
 
 
 def wrapper_code(kwargs: dict) -> str:
@@ -31,7 +22,7 @@ assert "torch._dynamo" in sys.modules
 """
 
 
-@pytest.mark.parametrize("kwargs", WRAPPER_KWARGS)
+@pytest.mark.parametrize("kwargs", WRAPPER_KWARGS.values(), ids=WRAPPER_KWARGS.keys())
 def test_wrapper_runs_dynamo_setup_only(kwargs):
     check(wrapper_code(kwargs))
 

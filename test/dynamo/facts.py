@@ -23,6 +23,17 @@ DEFERRED = ("torch._dynamo", "torch._inductor", "torch_npu._inductor", "triton")
 #: Ascend-specific Triton code that only the first compiled call may load
 ASCEND_TRITON = ("torch_npu._inductor.runtime.triton_helpers", "triton.language.extra.ascend")
 
+#: keyword arguments of ``torch.compile`` that the wrapper checks try, by test id
+WRAPPER_KWARGS = {
+    "plain": {},
+    "enable_shape_handling": {"options": {"enable_shape_handling": True}},
+    "npu_backend-default": {"options": {"npu_backend": "default"}},
+    "npu_backend-ascendc": {"options": {"npu_backend": "ascendc"}},
+    "mode-reduce-overhead": {"mode": "reduce-overhead"},
+    "mode-max-autotune": {"mode": "max-autotune"},
+    "dynamic": {"dynamic": True},
+}
+
 
 def distribution_version(name: str) -> Version | None:
     try:

@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from facts import DYNAMO_SETUP, INDUCTOR_SETUP
+from facts import DYNAMO_SETUP, INDUCTOR_SETUP, WRAPPER_KWARGS
 
 pytestmark = pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
 
-WRAPPER_KWARGS = [
-    pytest.param({}, id="plain"),
-    pytest.param({"options": {"enable_shape_handling": True}}, id="enable_shape_handling"),
-    pytest.param({"options": {"npu_backend": "default"}}, id="npu_backend-default"),
-    pytest.param({"options": {"npu_backend": "ascendc"}}, id="npu_backend-ascendc"),
-    pytest.param({"mode": "reduce-overhead"}, id="mode-reduce-overhead"),
-    pytest.param({"mode": "max-autotune"}, id="mode-max-autotune"),
-    pytest.param({"dynamic": True}, id="dynamic"),
-]
 
-
-@pytest.mark.parametrize("kwargs", WRAPPER_KWARGS)
+@pytest.mark.parametrize("kwargs", WRAPPER_KWARGS.values(), ids=WRAPPER_KWARGS.keys())
 def test_wrapper_runs_dynamo_setup_only(npu_lazy, kwargs):
     npu_lazy.compile(lambda x: x + 1, backend="inductor", **kwargs)
     npu_lazy.assert_not_loaded("torch_npu._inductor")

@@ -58,6 +58,24 @@ def run_python(code: str, timeout: float = 240, **env: str) -> dict:
     return answer
 
 
+def activation_error(mode: str, stub_cache: Path, first: str = "pass", **env: str) -> dict:
+    """``cann.activate(mode)`` in a fresh interpreter after ``first``: its CannError message (or None) and the mode it exported."""
+    return run_python(
+        f"""
+        import json, os
+        {first}
+        from pytest_npu_lazy import cann
+        try:
+            cann.activate({mode!r}, cache_dir={str(stub_cache)!r})
+            message = None
+        except cann.CannError as exc:
+            message = str(exc)
+        print(json.dumps({{"message": message, "mode_env": os.environ.get(cann.ENV_MODE)}}))
+        """,
+        **env,
+    )
+
+
 def elf_view(path: Path) -> tuple[str | None, list[str], dict[str, tuple[str, str, int]]]:
     """(soname, DT_NEEDED, defined symbol -> (type, bind, size)) read with pyelftools."""
     with open(path, "rb") as stream:
@@ -529,18 +547,7 @@ def test_off_leaves_the_original_failure(installed_spec, stub_cache):
 
 
 def test_real_mode_without_cann_explains_how_to_fix_it(installed_spec, stub_cache):
-    answer = run_python(
-        f"""
-        import json, os
-        from pytest_npu_lazy import cann
-        try:
-            cann.activate("real", cache_dir={str(stub_cache)!r})
-            message = None
-        except cann.CannError as exc:
-            message = str(exc)
-        print(json.dumps({{"message": message, "mode_env": os.environ.get(cann.ENV_MODE)}}))
-        """
-    )
+    answer = activation_error("real", stub_cache)
     message = answer["message"]
     assert message and "set_env.sh" in message and "--npu-lazy-cann=stub" in message
     assert any(f"{soname} (needed by" in message for soname in installed_spec.core_sonames)
@@ -576,19 +583,7 @@ def test_auto_prefers_real_cann_and_reports_its_version(fake_toolkit, stub_cache
 
 def test_real_mode_names_the_missing_library(fake_toolkit, stub_cache):
     (fake_toolkit / "lib64" / "libhccl.so").unlink()
-    answer = run_python(
-        f"""
-        import json
-        from pytest_npu_lazy import cann
-        try:
-            cann.activate("real", cache_dir={str(stub_cache)!r})
-            message = None
-        except cann.CannError as exc:
-            message = str(exc)
-        print(json.dumps({{"message": message}}))
-        """,
-        ASCEND_HOME_PATH=str(fake_toolkit),
-    )
+    answer = activation_error("real", stub_cache, ASCEND_HOME_PATH=str(fake_toolkit))
     assert answer["message"] and "libhccl.so (needed by" in answer["message"]
 
 
@@ -618,20 +613,7 @@ def test_activation_is_idempotent_and_refuses_to_switch(stub_cache):
 
 
 def test_stub_refused_once_torch_is_imported(stub_cache):
-    answer = run_python(
-        f"""
-        import json
-        import torch
-        from pytest_npu_lazy import cann
-        try:
-            cann.activate("stub", cache_dir={str(stub_cache)!r})
-            message = None
-        except cann.CannError as exc:
-            message = str(exc)
-        print(json.dumps({{"message": message}}))
-        """,
-        TORCH_DEVICE_BACKEND_AUTOLOAD="0",
-    )
+    answer = activation_error("stub", stub_cache, first="import torch", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert answer["message"] and "before torch is imported" in answer["message"]
 
 
