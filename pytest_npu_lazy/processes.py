@@ -1,7 +1,8 @@
 """Process plumbing shared by zygotes and the pytest process: reaping and killing.
 
 Every test child leads its own process group, so killing the group also
-ends what the test started (Inductor compile workers, subprocesses).
+ends what the test started (Inductor compile workers, subprocesses): when
+the test times out, and whatever is still running when the test ends.
 """
 
 from __future__ import annotations
@@ -43,6 +44,16 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+def _exited(pid: int) -> bool:
+    """Whether a child has ended, without reaping it."""
+    if not hasattr(os, "waitid"):  # pragma: no cover - no waitid: leftovers are killed at session end
+        return False
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return False
+
+
 class ChildWatcher:
     """Reaps children of this process and says how each one ended.
 
@@ -72,7 +83,11 @@ class ChildWatcher:
         return any(fd < 0 for fd in self._pidfds.values())
 
     def reap(self) -> Iterator[tuple[int, int]]:
+        """Children that ended, after killing what each left running in its process group."""
         for pid, pidfd in list(self._pidfds.items()):
+            if _exited(pid):
+                # Until it is reaped, the dead leader holds its pid, so no other group can have taken this one.
+                kill_group(pid, signal.SIGKILL)
             try:
                 done, status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:

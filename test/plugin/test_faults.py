@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -253,29 +254,82 @@ def _tagged_processes(tag: str) -> list[int]:
     return found
 
 
+def _kill_tagged(tag: str) -> None:
+    for pid in _tagged_processes(tag):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _default_sigint() -> None:
+    """A shell starts background jobs with SIGINT ignored, and Python keeps it so; a terminal's pytest has the default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("workers", [0, 2])
 def test_interrupt_leaves_no_process(pytester, tmp_path, how, workers):
     pytester.makepyfile(test_long=LONG)
-    tag = f"NPU_LAZY_LEAK_TAG={uuid.uuid4()}"
-    env = dict(os.environ, STARTED_FILE=str(tmp_path / "started"), NPU_LAZY_LEAK_TAG=tag.split("=")[1])
+    tag = str(uuid.uuid4())
+    env = dict(os.environ, STARTED_FILE=str(tmp_path / "started"), NPU_LAZY_LEAK_TAG=tag)
     process = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", str(workers)],
-                               cwd=pytester.path, env=env, start_new_session=True,
+                               cwd=pytester.path, env=env, start_new_session=True, preexec_fn=_default_sigint,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while not list(tmp_path.glob("started*")):
-        assert time.monotonic() < deadline and process.poll() is None, process.communicate()[0].decode()
-        time.sleep(0.05)
-    assert _tagged_processes(tag.split("=")[1])
-    if how == "SIGINT":
-        os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
-    else:
-        process.send_signal(signal.SIGTERM)
-    output, _ = process.communicate(timeout=60)
-    deadline = time.monotonic() + 10
-    while _tagged_processes(tag.split("=")[1]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _tagged_processes(tag.split("=")[1]) == [], output.decode()
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("started*")):
+            assert time.monotonic() < deadline and process.poll() is None, process.communicate()[0].decode()
+            time.sleep(0.05)
+        assert _tagged_processes(tag)
+        if how == "SIGINT":
+            os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        else:
+            process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=60)[0].decode()
+        if how == "SIGINT":
+            assert process.returncode == pytest.ExitCode.INTERRUPTED, output
+            assert "KeyboardInterrupt" in output
+        else:
+            assert process.returncode == -signal.SIGTERM, output
+        deadline = time.monotonic() + 10
+        while _tagged_processes(tag) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _tagged_processes(tag) == [], output
+    finally:  # whatever failed above, this test leaves nothing behind either
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        _kill_tagged(tag)
+        process.communicate(timeout=30)
+
+
+def test_what_a_test_leaves_running_is_killed_when_it_ends(run_pytest, pytester):
+    pytester.makepyfile(test_leftover="""
+        import os, subprocess, time
+        from pathlib import Path
+        import pytest
+
+        pytestmark = pytest.mark.npu_lazy(preload=[])
+        PID_FILE = Path(__file__).with_name("leftover.pid")
+
+        def alive(pid):
+            try:
+                return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+            except OSError:
+                return False
+
+        def test_1_starts_a_worker_and_leaves_it():
+            worker = subprocess.Popen(["sleep", "600"])  # stays in the test's process group
+            PID_FILE.write_text(str(worker.pid))
+
+        def test_2_finds_it_gone():
+            pid = int(PID_FILE.read_text())
+            deadline = time.monotonic() + 5
+            while alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not alive(pid), f"the first test's worker {pid} outlived its test"
+    """)
+    run = run_pytest()
+    assert run.outcomes == {"test_leftover.py::test_1_starts_a_worker_and_leaves_it": "passed",
+                            "test_leftover.py::test_2_finds_it_gone": "passed"}, run.text()
 
 
 @pytest.mark.parametrize("workers", [0, 2])
