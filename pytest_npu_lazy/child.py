@@ -174,6 +174,7 @@ class TestRun:
     def collect(self, session: pytest.Session) -> None:
         """Prepare and collect the test: in a spare child, while the previous test still runs."""
         self.item = collect_one(session, self.relay, self.nodeid) if self.prepare() else None
+        self.state.end_runner_phase()
         self.collected = True
 
     def execute(self) -> None:

@@ -105,11 +105,16 @@ class ProbeState:
 
     def runner_phase(self, name: str) -> None:
         """Switch to a runner phase (setup, test, teardown), closing the previous one."""
+        now = self.end_runner_phase()
+        self.recorder.set_phase(name)
+        self.phases.append(PhaseSpan(name, now))
+
+    def end_runner_phase(self) -> float:
+        """Close the open runner phase now: a spare child that collected its test waits, and waiting is no phase."""
         now = self.recorder._now()
         if self.phases and self.phases[-1].ended is None and self.phases[-1].name in RUNNER_PHASES:
             self.phases[-1].ended = now
-        self.recorder.set_phase(name)
-        self.phases.append(PhaseSpan(name, now))
+        return now
 
     def finish(self) -> None:
         now = self.recorder._now()

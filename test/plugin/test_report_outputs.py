@@ -235,3 +235,26 @@ def test_unwritable_report_path_fails_the_run_clearly(suite, run_pytest):
     run = run_pytest("--npu-lazy-json=blocker/r.json", "-k", "import_ok")
     assert run.result.ret == pytest.ExitCode.USAGE_ERROR
     assert "npu_lazy: cannot write the JSON report to blocker/r.json" in run.text()
+
+
+def test_collect_phase_excludes_the_wait_for_the_previous_test(pytester, run_pytest):
+    """The next test's child collects while this one runs; its collect phase is the collecting, not the wait."""
+    pytester.makepyfile(test_pair="""
+        import time
+        import pytest
+
+        pytestmark = pytest.mark.npu_lazy(preload=[])
+
+        def test_1_slow():
+            time.sleep(2)
+
+        def test_2_collected_meanwhile():
+            pass
+    """)
+    run = run_pytest("--npu-lazy-json=report.json")
+    assert run.result.ret == pytest.ExitCode.OK, run.text()
+    tests = _tests(load_report(pytester.path / "report.json"))
+    second = tests["test_pair.py::test_2_collected_meanwhile"]
+    collect, setup = _phase(second, "collect"), _phase(second, "setup")
+    assert collect["duration"] < 1.0, second["phases"]
+    assert setup["start"] - (collect["start"] + collect["duration"]) > 1.0, second["phases"]  # the wait, in no phase
