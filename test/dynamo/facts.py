@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import metadata
 
+import pytest
 from packaging.version import Version
 
 DYNAMO_SETUP = "torch_npu.utils._dynamo:_lazy_dynamo_setup"
@@ -44,6 +45,38 @@ def distribution_version(name: str) -> Version | None:
 
 def torch_npu_version() -> Version | None:
     return distribution_version("torch-npu")
+
+
+#: the first torch_npu release of each line with the deferred Dynamo / Inductor set-up
+#: (``_lazy_dynamo_setup``, ``_lazy_inductor_setup`` and the Dynamo post-import trigger in
+#: torch_npu/utils/_dynamo.py), read from the PyPI wheels: 2.10.0 to .post6, 2.11.0 to .post2,
+#: 2.12.0 to .post2 and every line before 2.10 import torch._dynamo when torch_npu is imported.
+DEFERRED_SETUP_SINCE = {(2, 10): Version("2.10.0.post7"), (2, 11): Version("2.11.0.post3"),
+                        (2, 12): Version("2.12.0.post3"), (2, 13): Version("2.13.0")}
+
+
+def deferred_setup_missing(version: Version | None) -> str | None:
+    """Why the deferred-loading guarantees do not apply to this torch_npu release, or None when they do.
+
+    Decided by version, never by trying: a regression that removes the
+    deferred set-up must fail the suite, not skip it.
+    """
+    if version is None:
+        return None
+    line = version.release[:2]
+    oldest, newest = min(DEFERRED_SETUP_SINCE), max(DEFERRED_SETUP_SINCE)
+    if line > newest:
+        return None
+    first = DEFERRED_SETUP_SINCE[oldest] if line < oldest else DEFERRED_SETUP_SINCE[line]
+    if version >= first:
+        return None
+    return (f"torch_npu {version} predates the deferred Dynamo/Inductor set-up (first in {first} on its line): "
+            f"its `import torch_npu` imports torch._dynamo, so these guarantees do not apply to it")
+
+
+#: for the tests of the deferred set-up: skipped, saying why, on a torch_npu release that has none
+needs_deferred_setup = pytest.mark.skipif(deferred_setup_missing(torch_npu_version()) is not None,
+                                          reason=deferred_setup_missing(torch_npu_version()) or "")
 
 
 def _package_file(package: str, *parts: str) -> str | None:

@@ -7,9 +7,9 @@ import os
 import threading
 
 import pytest
-from facts import INDUCTOR_SETUP
+from facts import INDUCTOR_SETUP, needs_deferred_setup
 
-pytestmark = pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
 #: called only from inside the body of torch_npu's run-once Inductor setup
 SETUP_BODY_STEP = "_apply_npugraph_tree_methods"

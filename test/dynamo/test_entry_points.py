@@ -5,9 +5,9 @@ from __future__ import annotations
 from importlib import metadata
 
 import pytest
-from facts import DYNAMO_SETUP, INDUCTOR_SETUP
+from facts import DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
 
-pytestmark = pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
 NPU_BACKENDS = {"npu", "npugraph_ex", "npugraphs"}
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from facts import INDUCTOR_SETUP
+from facts import INDUCTOR_SETUP, needs_deferred_setup
 
 pytestmark = pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
 
 
+@needs_deferred_setup
 def test_first_call_sets_up_npu_inductor(npu_lazy):
     import torch
 
@@ -41,6 +42,7 @@ def test_compiled_matches_eager(npu_lazy, name):
     compiled(x.to(npu_lazy.device))  # compared with eager by the probe
 
 
+@needs_deferred_setup
 def test_dynamic_shapes_match_eager(npu_lazy):
     import torch
 
@@ -51,6 +53,7 @@ def test_dynamic_shapes_match_eager(npu_lazy):
     assert npu_lazy.first_loaded("torch_npu._inductor") == "first_call"
 
 
+@needs_deferred_setup
 def test_small_module_matches_eager(npu_lazy):
     import torch
 

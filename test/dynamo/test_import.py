@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 
 import pytest
-from facts import DEFERRED, DYNAMO_SETUP
+from facts import DEFERRED, DYNAMO_SETUP, needs_deferred_setup
 
-pytestmark = pytest.mark.npu_lazy(preload=["torch"])
+pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch"])]
 
 
 def test_import_torch_npu_defers_compiler_stack(npu_lazy):

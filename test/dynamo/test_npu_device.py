@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from facts import INDUCTOR_SETUP
+from facts import INDUCTOR_SETUP, needs_deferred_setup
 
-pytestmark = [pytest.mark.requires_npu, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
+pytestmark = [needs_deferred_setup, pytest.mark.requires_npu,
+              pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
 
 def test_first_call_on_npu_tensors_matches_eager(npu_lazy):

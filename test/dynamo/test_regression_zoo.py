@@ -18,6 +18,9 @@ import test_first_call
 import test_import
 import test_triton
 import test_wrapper
+from facts import needs_deferred_setup
+
+pytestmark = needs_deferred_setup
 
 
 def failure_of(guarantee, *args) -> str:

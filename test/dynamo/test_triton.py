@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 from facts import (
     ASCEND_TRITON,
+    needs_deferred_setup,
     present,
     stock_torch_loads_triton_at_wrap,
     triton_ascend_extension_loads_with_triton,
     triton_installed,
 )
 
-pytestmark = pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
 TORCH_LOADS_TRITON = stock_torch_loads_triton_at_wrap()
 

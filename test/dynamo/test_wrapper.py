@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from facts import DYNAMO_SETUP, INDUCTOR_SETUP, WRAPPER_KWARGS
+from facts import DYNAMO_SETUP, INDUCTOR_SETUP, WRAPPER_KWARGS, needs_deferred_setup
 
-pytestmark = pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
 
 @pytest.mark.parametrize("kwargs", WRAPPER_KWARGS.values(), ids=WRAPPER_KWARGS.keys())
