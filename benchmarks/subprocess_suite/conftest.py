@@ -61,6 +61,7 @@ _activate_cann()
 def run_code(code: str, *, autoload: bool = False, prefix: str = "") -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh interpreter, as torch_npu's tests do; the finished process."""
     env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="1" if autoload else "0")
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # as test/dynamo/conftest.py: no compile-worker pool
     source = PRELUDE + prefix + textwrap.dedent(code)
     return subprocess.run([sys.executable, "-c", source], env=env, cwd=str(DYNAMO),
                           capture_output=True, text=True, timeout=900)

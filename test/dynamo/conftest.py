@@ -16,6 +16,11 @@ sys.path.insert(0, os.path.dirname(__file__))  # facts and regressions, for the 
 
 from regressions import ENV, REGRESSIONS  # noqa: E402
 
+# Inductor compiles in-process, without its pool of compile-worker subprocesses: starting that pool costs
+# every first compiled call about 1.5 s here (a fresh interpreter importing torch), in a process outside the
+# one whose imports the suite checks. Set TORCHINDUCTOR_COMPILE_THREADS yourself to check with the pool.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
 
 @pytest.fixture(autouse=True)
 def injected_regression():
