@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import textwrap
+
 import pytest
 
 pytestmark = pytest.mark.usefixtures("fake_heavy_package")
@@ -130,3 +133,29 @@ def test_guard_names_a_conftest_import(run_pytest, pytester):
     message = run.report("test_asserts", "call")["longrepr"]
     assert "in the pytest process before the zygote forked at conftest.py:1" in message
     assert "keep that import out of conftest.py files" in message
+
+
+def test_the_pytest_process_never_imports_what_the_plugin_watches(run_pytest, pytester):
+    """The plugin, its header, the CANN activation, zygotes and reports leave torch, torch_npu and triton to children."""
+    pytester.makepyfile(test_heavy_child="""
+        import sys
+        import pytest
+
+        @pytest.mark.npu_lazy(preload=["torch"])
+        def test_imports_torch_in_its_child(npu_lazy):
+            import torch
+            assert "torch" in sys.modules
+    """)
+    conftest = pytester.path / "conftest.py"
+    conftest.write_text(conftest.read_text() + textwrap.dedent("""
+        import sys
+
+        def pytest_unconfigure(config):
+            heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "torch_npu", "triton"))
+            with open(os.environ["NPU_LAZY_TEST_REPORTS"] + ".heavy", "w") as f:
+                json.dump(heavy, f)
+    """))
+    run = run_pytest("-p", "npu_lazy", "--npu-lazy-json=report.json", "--junitxml=junit.xml")
+    assert run.outcomes == {"test_heavy_child.py::test_imports_torch_in_its_child": "passed"}, run.text()
+    (heavy_file,) = pytester.path.glob("reports-*.json.heavy")
+    assert json.loads(heavy_file.read_text()) == []
