@@ -436,6 +436,29 @@ def bench_suite(args, env: dict[str, str]) -> tuple[dict, dict]:
     return suite, xdist
 
 
+
+#: one check of each kind (imports only, wrapper creation, a first compiled call), shown one by one
+THREE_CHECKS = ("test_import.py::test_import_torch_npu_defers_compiler_stack",
+                "test_wrapper.py::test_wrapper_runs_dynamo_setup_only[plain]",
+                "test_first_call.py::test_compiled_matches_eager[sin_cos]")
+
+
+def _three_checks(suite: dict) -> list[str]:
+    """Three single checks, each test's own span in both suites."""
+    def span(entry: dict, check: str) -> float | None:
+        return next((s for n, s in entry.get("test_spans_s", {}).items() if n.endswith("/" + check)), None)
+
+    rows = []
+    for check in THREE_CHECKS:
+        ours, theirs = span(suite["npu_lazy"], check), span(suite["subprocess"], check)
+        if ours and theirs:
+            rows.append(f"| `{check}` | {ours:.2f} | {theirs:.2f} | {theirs / ours:.1f}x |")
+    if not rows:
+        return []
+    return ["Three checks one by one (each test's logstart..logfinish in its suite's run above):", "",
+            "| check | pytest-npu-lazy s | subprocess `python -c` s | ratio |", "| --- | ---: | ---: | ---: |",
+            *rows, ""]
+
 # -- 3. the recorder's overhead -----------------------------------------------
 
 RECORDER_SCRIPT = """
@@ -603,6 +626,7 @@ def markdown(results: dict) -> str:
                 out.append(f"| {name} | {count} | {suite['npu_lazy']['by_file_s'].get(name, 0):.1f} | "
                            f"{suite['subprocess']['by_file_s'].get(name, 0):.1f} |")
             out.append("")
+        out.extend(_three_checks(suite))
     recorder = results.get("recorder")
     if recorder and "error" not in recorder:
         out.append("### 3. Import recorder overhead")
