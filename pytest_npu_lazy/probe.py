@@ -156,7 +156,7 @@ class ProbeState:
                 first = _explaining_record(hits, pattern)
                 found.append({
                     "pattern": pattern, "module": first.name, "count": len(hits), "duration": first.duration,
-                    "chain": [m if where is None else f"{m} ({where})" for m, where in self.recorder.links(first.name)],
+                    "chain": self.recorder.link_texts(first.name),
                     "trigger": str(first.trigger) if first.trigger is not None else None,
                 })
             return found
@@ -212,8 +212,7 @@ def format_chain(recorder: ImportRecorder, name: str) -> str:
     chain = recorder.chain(name)
     if not chain:
         return "  (no import record: loaded outside the import system)"
-    links = [module if where is None else f"{module} ({where})" for module, where in recorder.links(name)]
-    lines = ["  import chain: " + " <- ".join(links)]
+    lines = ["  import chain: " + " <- ".join(recorder.link_texts(name))]
     trigger = chain[0].trigger
     if trigger is not None:
         lines.append(f"  triggered at: {trigger}")
@@ -361,8 +360,7 @@ class NpuLazy:
     def import_chain(self, module: str) -> list[str]:
         """``[module, its importer, ..., the code that started it]``; empty if not loaded."""
         self._check_patterns((module,), guard=False)
-        links = [link for link, _ in self._state.recorder.links(module)]
-        return links
+        return [link for link, _ in self._state.recorder.links(module)]
 
     def explain(self, module: str) -> str:
         """Where ``module`` came from, as the failure messages say it."""

@@ -269,6 +269,10 @@ class ImportRecorder:
                     links.append((caller.module, caller))
         return links
 
+    def link_texts(self, name: str) -> list[str]:
+        """The chain as reports print it: each module, with where its code asked for the previous link."""
+        return [module if where is None else f"{module} ({where})" for module, where in self.links(name)]
+
     def in_phase(self, phase: str) -> list[ImportRecord]:
         return [r for r in self.records.values() if r.phase == phase]
 
