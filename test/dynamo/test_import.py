@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from facts import DEFERRED, DYNAMO_SETUP, needs_deferred_setup
+from facts import DEFERRED, DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch"])]
 
@@ -63,3 +63,69 @@ def test_dynamo_imported_before_torch_npu_triggers_setup_once(npu_lazy):
     npu_lazy.compile(lambda x: x - 1, backend="inductor", name="b")
     assert npu_lazy.calls("torch_npu.dynamo:_register_backends") == 1
     npu_lazy.assert_not_loaded("torch_npu._inductor")
+
+
+def test_import_replaces_has_triton_and_installs_one_trigger_only(npu_lazy):
+    """What `import torch_npu` may change in torch before any compile: has_triton (torch_npu's device-aware
+    version) and one post-import finder for torch._dynamo. torch.compile and the generic compile wrapper
+    stay torch's own, and the Dynamo set-up waits for Dynamo."""
+    import torch
+    import torch.utils._triton
+
+    compile_before = torch.compile
+    generic_init_before = torch._TorchCompileWrapper.__init__
+    with npu_lazy.phase("import"):
+        import torch_npu  # noqa: F401
+    from torch_npu.utils import _dynamo
+
+    npu_lazy.assert_not_loaded(*DEFERRED)
+    assert torch.compile is compile_before, "import torch_npu replaced torch.compile"
+    assert torch._TorchCompileWrapper.__init__ is generic_init_before, (
+        "import torch_npu patched torch._TorchCompileWrapper.__init__ (the non-Inductor wrapper)")
+    assert torch.utils._triton.has_triton is _dynamo.has_triton, (
+        f"torch.utils._triton.has_triton is {torch.utils._triton.has_triton.__module__}'s, not torch_npu's")
+    finders = [finder for finder in sys.meta_path if isinstance(finder, _dynamo._DynamoPostImportFinder)]
+    assert len(finders) == 1, f"{len(finders)} Dynamo post-import finders on sys.meta_path, expected exactly 1"
+    assert not npu_lazy.ran(DYNAMO_SETUP)
+
+
+@pytest.mark.npu_lazy(preload=["torch"], track=["torch_npu.dynamo:_register_backends"])
+def test_preimported_dynamo_is_set_up_at_import_and_eager_compile_needs_no_inductor(npu_lazy):
+    """Dynamo loaded before torch_npu: the set-up runs during `import torch_npu` (no trigger is left behind
+    for an import that already happened), exactly once, and an eager-backend compile needs no Inductor set-up."""
+    import torch
+
+    with npu_lazy.phase("dynamo"):
+        import torch._dynamo  # noqa: F401
+    with npu_lazy.phase("import"):
+        import torch_npu  # noqa: F401
+    from torch_npu.utils import _dynamo
+
+    assert npu_lazy.ran(DYNAMO_SETUP), "torch._dynamo was already loaded, yet import torch_npu did not set it up"
+    assert not any(isinstance(finder, _dynamo._DynamoPostImportFinder) for finder in sys.meta_path), (
+        "a post-import trigger was installed for torch._dynamo, which was already imported")
+    compiled = npu_lazy.compile(lambda x: x + 1, backend="eager", fullgraph=True)
+    compiled(torch.tensor([1, 2, 3]))
+    assert compiled(torch.tensor(1)).item() == 2
+    assert npu_lazy.calls("torch_npu.dynamo:_register_backends") == 1
+    assert not npu_lazy.ran(INDUCTOR_SETUP)
+    npu_lazy.assert_not_loaded("torch_npu._inductor")
+
+
+@pytest.mark.parametrize("fsdp_first", [True, False], ids=["fsdp-imported-first", "fsdp-imported-after"])
+def test_fsdp_gets_the_npu_grad_scaler_in_either_import_order(npu_lazy, fsdp_first):
+    """torch_npu replaces FSDP's ShardedGradScaler whichever of the two was imported first, and neither
+    import order loads the compiler stack."""
+    if fsdp_first:
+        with npu_lazy.phase("fsdp"):
+            import torch.distributed.fsdp  # noqa: F401
+    with npu_lazy.phase("import"):
+        import torch_npu  # noqa: F401
+    with npu_lazy.phase("fsdp_modules"):
+        from torch.distributed.fsdp import sharded_grad_scaler
+        from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup  # noqa: F401
+    from torch_npu.npu.amp.sharded_grad_scaler import _ShardedGradScaler
+
+    assert sharded_grad_scaler.ShardedGradScaler is _ShardedGradScaler, (
+        f"FSDP's ShardedGradScaler is {sharded_grad_scaler.ShardedGradScaler.__module__}'s, not torch_npu's")
+    npu_lazy.assert_not_loaded(*DEFERRED)
