@@ -1,0 +1,89 @@
+"""Guarantee 10: public compiler entries that torch_npu adds work before any compile, without the compiler.
+
+``torch.compiler.npugraph_mark_step_begin`` and ``torch.compiler.list_backends``
+are callable straight after ``import torch_npu``; the top-level ``npugraph_ex``
+and ``torchair`` names are lazy proxies that import nothing until used and
+then expose their submodules through the proxy and the real package alike.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import types
+
+import pytest
+from facts import DEFERRED, DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
+
+pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
+
+NPU_BACKENDS = {"npu", "npugraph_ex", "npugraphs"}
+
+
+def test_mark_step_begin_works_before_any_compile_and_loads_no_compiler(npu_lazy):
+    import torch
+    from torch_npu.npu._graph_tree_state import MarkStepBox
+
+    mark_step_begin = torch.compiler.npugraph_mark_step_begin
+    assert mark_step_begin.__name__ == "npugraph_mark_step_begin"
+    assert str(inspect.signature(mark_step_begin)) == "()"
+    counter = MarkStepBox.mark_step_counter
+    with npu_lazy.phase("mark_step"):
+        mark_step_begin()
+        mark_step_begin()
+    assert MarkStepBox.mark_step_counter == counter - 2, (
+        f"two step marks moved the counter from {counter} to {MarkStepBox.mark_step_counter}, expected {counter - 2}")
+    npu_lazy.assert_not_loaded(*DEFERRED)
+    npu_lazy.assert_not_loaded("torch_npu.npu._graph_tree")
+    assert not npu_lazy.ran(DYNAMO_SETUP) and not npu_lazy.ran(INDUCTOR_SETUP)
+
+
+def test_list_backends_before_compile_sets_up_dynamo_only(npu_lazy):
+    import torch
+
+    with npu_lazy.phase("list"):
+        backends = set(torch.compiler.list_backends(exclude_tags=None))
+    assert NPU_BACKENDS <= backends, f"missing backends: {sorted(NPU_BACKENDS - backends)}"
+    assert npu_lazy.ran(DYNAMO_SETUP)
+    assert npu_lazy.first_loaded("torch._dynamo") == "list"
+    assert not npu_lazy.ran(INDUCTOR_SETUP)
+    npu_lazy.assert_not_loaded("torch_npu._inductor")
+
+
+def test_lazy_proxies_are_installed_by_import_and_import_nothing(npu_lazy):
+    import torch_npu.dynamo as npu_dynamo
+
+    assert isinstance(sys.modules.get("npugraph_ex"), npu_dynamo._LazyNpuGraphEx)
+    assert isinstance(sys.modules.get("torchair"), npu_dynamo._LazyTorchair)
+    with pytest.raises(AttributeError, match="before npugraph_ex is initialized"):
+        sys.modules["npugraph_ex"].get_npu_backend  # noqa: B018 - touching it is the test
+    npu_lazy.assert_not_loaded("torch_npu.dynamo.npugraph_ex", "torch_npu.dynamo.torchair", *DEFERRED)
+
+
+@pytest.mark.parametrize("name", ["npugraph_ex", "torchair"])
+def test_lazy_proxy_binds_submodules_on_the_proxy_and_the_package(npu_lazy, monkeypatch, name):
+    """A proxy whose real package is loaded answers `import <name>`, `from <name>.<child> import ...`, and
+    a child that shows up only later is bound to both proxy and package by the proxy's fallback."""
+    import torch_npu.dynamo as npu_dynamo
+
+    proxy_type, real_attribute = {"npugraph_ex": (npu_dynamo._LazyNpuGraphEx, "_npugraph_ex"),
+                                  "torchair": (npu_dynamo._LazyTorchair, "_torchair")}[name]
+    package = types.ModuleType(f"torch_npu.dynamo.{name}")
+    package.__path__ = []
+    child = types.ModuleType(f"{name}.npu_fx_compiler")
+    child.marker = object()
+    proxy = proxy_type(name)
+    setattr(proxy, real_attribute, package)
+    monkeypatch.setitem(sys.modules, package.__name__, package)
+    monkeypatch.setitem(sys.modules, name, proxy)
+    monkeypatch.setitem(sys.modules, child.__name__, child)
+
+    namespace: dict = {}
+    exec(f"import {name}\nfrom {name}.npu_fx_compiler import marker", namespace)
+    assert namespace[name] is proxy
+    assert namespace["marker"] is child.marker
+
+    proxy.__dict__.pop("npu_fx_compiler", None)
+    package.__dict__.pop("npu_fx_compiler", None)
+    assert proxy.npu_fx_compiler is child, "the proxy's fallback did not find the loaded child module"
+    assert package.npu_fx_compiler is child, "the fallback bound the child to the proxy but not to the package"
