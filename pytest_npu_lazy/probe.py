@@ -93,15 +93,20 @@ class ProbeState:
 
     def _explain_failure(self, phase: str, exc: BaseException) -> None:
         """A phase that raised (a wrapper that cannot be created...) says which watched modules it loaded."""
-        if not hasattr(exc, "add_note"):  # Python < 3.11
+        if not hasattr(exc, "add_note") or getattr(exc, "_npu_lazy_phase", None):  # Python < 3.11; outer phase
             return
+        exc._npu_lazy_phase = phase  # the innermost phase explains; enclosing ones add nothing
         self.recorder.sweep()
+        explained = False
         for pattern in self.watch:
             records = [r for r in self.recorder.loaded(pattern) if r.phase == phase]
             if records:
                 first = _explaining_record(records, pattern)
+                explained = True
                 exc.add_note(f"npu_lazy: phase {phase!r} raised after it loaded watched module {first.name!r} "
                              f"(loaded during phase {phase!r})\n{format_chain(self.recorder, first.name)}")
+        if not explained:
+            exc.add_note(f"npu_lazy: raised during phase {phase!r}")
 
     def runner_phase(self, name: str) -> None:
         """Switch to a runner phase (setup, test, teardown), closing the previous one."""

@@ -150,3 +150,19 @@ def triton_ascend_extension_loads_with_triton() -> bool:
     """triton-ascend's `import triton` runs triton.language.extra's loader, which executes every backend."""
     path = _package_file("triton", "language", "extra", "ascend")
     return triton_ascend_installed() and path is not None
+
+
+def where_defined(obj) -> str:
+    """Where a function (or a patched method) was written: ``path:line in qualname``, for failure messages
+    about patches, which have no import chain to show."""
+    function = getattr(obj, "__func__", obj)
+    code = getattr(function, "__code__", None)
+    name = getattr(function, "__qualname__", repr(function))
+    if code is None:
+        return f"{name} (module {getattr(function, '__module__', '?')})"
+    parts = code.co_filename.replace(os.sep, "/").split("/")
+    for anchor in ("site-packages", "test"):
+        if anchor in parts:
+            parts = parts[parts.index(anchor) + 1:]
+            break
+    return f"{'/'.join(parts[-3:])}:{code.co_firstlineno} in {name}"

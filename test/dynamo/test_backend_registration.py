@@ -11,6 +11,7 @@ from importlib import metadata
 
 import pytest
 from facts import DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
+from regressions import assert_says, duplicate_entry_point_registration, failure_of
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
@@ -142,3 +143,11 @@ def test_trigger_calls_the_current_setup_function_once(npu_lazy, monkeypatch):
     assert calls == ["setup"], f"the post-import trigger ran the set-up {len(calls)} times"
     assert torch.compile(lambda x: x + 1, backend="eager")(torch.tensor(1)).item() == 2
     assert calls == ["setup"], "torch.compile ran the Dynamo set-up again"
+
+
+@pytest.mark.npu_lazy(preload=["torch"], track=["torch._dynamo.backends.registry:register_backend"])
+def test_zoo_duplicate_entry_point_registration_is_caught(npu_lazy):
+    """(h) Registering the backend while Dynamo's registry is loading its entry point: caught above."""
+    duplicate_entry_point_registration()
+    text = failure_of(test_entry_point_lookup_registers_the_npu_backend_once, npu_lazy)
+    assert_says(text, "duplicate name: npu", "npu_lazy: raised during phase 'lookup'", "in lookup_backend")

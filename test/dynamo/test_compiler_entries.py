@@ -14,6 +14,7 @@ import types
 
 import pytest
 from facts import DEFERRED, DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
+from regressions import assert_says, failure_of, mark_step_through_graph_trees
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
@@ -87,3 +88,11 @@ def test_lazy_proxy_binds_submodules_on_the_proxy_and_the_package(npu_lazy, monk
     package.__dict__.pop("npu_fx_compiler", None)
     assert proxy.npu_fx_compiler is child, "the proxy's fallback did not find the loaded child module"
     assert package.npu_fx_compiler is child, "the fallback bound the child to the proxy but not to the package"
+
+
+def test_zoo_mark_step_through_graph_trees_is_caught(npu_lazy):
+    """(g) A step mark that goes through the graph-tree module loads Inductor on first use: caught above."""
+    mark_step_through_graph_trees()
+    text = failure_of(test_mark_step_begin_works_before_any_compile_and_loads_no_compiler, npu_lazy)
+    assert_says(text, "must not be loaded yet, but it was loaded during phase 'mark_step'",
+                "in mark_step_through_graph_trees.<locals>.patch.<locals>.mark_step_begin")

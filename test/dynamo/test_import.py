@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 import pytest
-from facts import DEFERRED, DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
+from facts import DEFERRED, DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup, where_defined
+from regressions import assert_says, failure_of, generic_wrapper_patched_at_import
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch"])]
 
@@ -80,8 +81,10 @@ def test_import_replaces_has_triton_and_installs_one_trigger_only(npu_lazy):
 
     npu_lazy.assert_not_loaded(*DEFERRED)
     assert torch.compile is compile_before, "import torch_npu replaced torch.compile"
-    assert torch._TorchCompileWrapper.__init__ is generic_init_before, (
-        "import torch_npu patched torch._TorchCompileWrapper.__init__ (the non-Inductor wrapper)")
+    generic_init = torch._TorchCompileWrapper.__init__
+    assert generic_init is generic_init_before, (
+        f"phase 'import' replaced torch._TorchCompileWrapper.__init__ (the non-Inductor wrapper) with "
+        f"{where_defined(generic_init)}")
     assert torch.utils._triton.has_triton is _dynamo.has_triton, (
         f"torch.utils._triton.has_triton is {torch.utils._triton.has_triton.__module__}'s, not torch_npu's")
     finders = [finder for finder in sys.meta_path if isinstance(finder, _dynamo._DynamoPostImportFinder)]
@@ -129,3 +132,11 @@ def test_fsdp_gets_the_npu_grad_scaler_in_either_import_order(npu_lazy, fsdp_fir
     assert sharded_grad_scaler.ShardedGradScaler is _ShardedGradScaler, (
         f"FSDP's ShardedGradScaler is {sharded_grad_scaler.ShardedGradScaler.__module__}'s, not torch_npu's")
     npu_lazy.assert_not_loaded(*DEFERRED)
+
+
+def test_zoo_generic_wrapper_patched_at_import_is_caught(npu_lazy):
+    """(e) A regression that patches torch's generic compile wrapper at import fails the test above."""
+    generic_wrapper_patched_at_import()
+    text = failure_of(test_import_replaces_has_triton_and_installs_one_trigger_only, npu_lazy)
+    assert_says(text, "phase 'import' replaced torch._TorchCompileWrapper.__init__",
+                "regressions.py:", "in generic_wrapper_patched_at_import.<locals>.patch.<locals>.init_with_dynamo_setup")

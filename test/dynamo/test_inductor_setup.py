@@ -10,7 +10,8 @@ set-up, and all of them are there once it ran.
 from __future__ import annotations
 
 import pytest
-from facts import DEFERRED, DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
+from facts import DEFERRED, DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup, where_defined
+from regressions import assert_says, failure_of, graph_tree_patches_at_dynamo_setup
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
@@ -52,24 +53,28 @@ def test_import_time_decomposition_and_rng_patches_load_no_compiler(npu_lazy):
     npu_lazy.assert_not_loaded(*DEFERRED)
 
 
-def _inductor_patch_owners() -> dict[str, bool]:
-    """Each Inductor patch that the NPU Inductor set-up owns, and whether it is in place now."""
+def _inductor_patch_owners() -> dict[str, object]:
+    """Each Inductor patch that the NPU Inductor set-up owns -> the patched object if in place now, else None."""
     import torch
     import torch._inductor.compile_fx as compile_fx
     import torch._inductor.cudagraph_trees as cudagraph_trees
     import torch._inductor.cudagraph_utils as cudagraph_utils
     from torch_npu.utils import _graph_tree
 
-    return {
-        "compile_fx.cudagraphify is npugraphify": compile_fx.cudagraphify is _graph_tree.npugraphify,
-        "cudagraph_utils.check_multiple_devices_or_any_cpu_nodes is torch_npu's":
+    patched = {
+        "compile_fx.cudagraphify": (compile_fx.cudagraphify,
+                                    compile_fx.cudagraphify is _graph_tree.npugraphify),
+        "cudagraph_utils.check_multiple_devices_or_any_cpu_nodes": (
+            cudagraph_utils.check_multiple_devices_or_any_cpu_nodes,
             cudagraph_utils.check_multiple_devices_or_any_cpu_nodes
-            is _graph_tree.check_multiple_devices_or_any_cpu_nodes,
-        "cudagraph_trees.get_manager is torch_npu's":
-            cudagraph_trees.get_manager.__module__ == "torch_npu.utils._graph_tree",
-        "torch.compiler.npugraph_mark_step_begin is the graph-tree one":
-            torch.compiler.npugraph_mark_step_begin is _graph_tree.npugraph_mark_step_begin,
+            is _graph_tree.check_multiple_devices_or_any_cpu_nodes),
+        "cudagraph_trees.get_manager": (cudagraph_trees.get_manager,
+                                        cudagraph_trees.get_manager.__module__ == "torch_npu.utils._graph_tree"),
+        "torch.compiler.npugraph_mark_step_begin": (
+            torch.compiler.npugraph_mark_step_begin,
+            torch.compiler.npugraph_mark_step_begin is _graph_tree.npugraph_mark_step_begin),
     }
+    return {name: value if in_place else None for name, (value, in_place) in patched.items()}
 
 
 def test_inductor_patches_wait_for_the_inductor_setup_and_then_all_hold(npu_lazy):
@@ -81,15 +86,15 @@ def test_inductor_patches_wait_for_the_inductor_setup_and_then_all_hold(npu_lazy
         import torch._dynamo  # noqa: F401
         import torch._inductor.compile_fx  # noqa: F401
     assert npu_lazy.ran(DYNAMO_SETUP)
-    early = [name for name, in_place in _inductor_patch_owners().items() if in_place]
-    assert not early, f"NPU Inductor patches in place before the Inductor set-up ran: {early}"
-    npu_lazy.assert_not_loaded("torch_npu._inductor")
+    npu_lazy.assert_not_loaded("torch_npu._inductor", "torch_npu.utils._graph_tree")
+    early = {name: where_defined(value) for name, value in _inductor_patch_owners().items() if value is not None}
+    assert not early, f"NPU Inductor patches in place after phase 'dynamo', before the Inductor set-up: {early}"
 
     from torch_npu.utils import _dynamo
 
     with npu_lazy.phase("inductor_setup"):
         _dynamo._lazy_inductor_setup()
-    missing = [name for name, in_place in _inductor_patch_owners().items() if not in_place]
+    missing = [name for name, value in _inductor_patch_owners().items() if value is None]
     assert not missing, f"NPU Inductor patches missing after the Inductor set-up: {missing}"
     assert npu_lazy.first_loaded("torch_npu._inductor") == "inductor_setup"
 
@@ -176,3 +181,11 @@ def test_first_inductor_call_on_a_device_registers_the_npu_interface(npu_lazy):
     assert _compile_with_lowering_replaced(npu_lazy, torch.randn(8, device="npu")) == [1]
     assert npu_lazy.ran(INDUCTOR_SETUP)
     assert get_interface_for_device("npu").device_count() > 0
+
+
+def test_zoo_graph_tree_patches_at_dynamo_setup_are_caught(npu_lazy):
+    """(f) Moving the graph-tree patches into the Dynamo set-up fails the deferral test above."""
+    graph_tree_patches_at_dynamo_setup()
+    text = failure_of(test_inductor_patches_wait_for_the_inductor_setup_and_then_all_hold, npu_lazy)
+    assert_says(text, "'torch_npu.utils._graph_tree' must not be loaded yet, but it was loaded during phase 'dynamo'",
+                "in graph_tree_patches_at_dynamo_setup.<locals>.patch.<locals>.setup_with_graph_trees")

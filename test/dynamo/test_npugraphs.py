@@ -13,6 +13,7 @@ import types
 
 import pytest
 from facts import DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
+from regressions import assert_says, failure_of, npugraphs_reset_imports_graph_trees
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
@@ -92,3 +93,11 @@ def test_npugraphs_chain_on_a_device_matches_eager(npu_lazy):
     torch.testing.assert_close(actual, torch.sin(x) + 1)
     assert npu_lazy.ran(DYNAMO_SETUP) and npu_lazy.ran(INDUCTOR_SETUP)
     assert get_interface_for_device("npu").device_count() > 0
+
+
+def test_zoo_npugraphs_reset_importing_graph_trees_is_caught(npu_lazy, monkeypatch):
+    """(i) A reset that imports the graph trees to reset them: caught above."""
+    npugraphs_reset_imports_graph_trees()
+    text = failure_of(test_reset_reaches_graph_trees_only_when_loaded, npu_lazy, monkeypatch, "npugraphs-first")
+    assert_says(text, "'torch_npu.npu._graph_tree' must not be loaded yet, but it was loaded during phase 'reset'",
+                "in npugraphs_reset_imports_graph_trees.<locals>.patch.<locals>.reset")

@@ -10,10 +10,9 @@ catch a regression: ``NPU_LAZY_REGRESSION=eager_inductor_setup pytest test/dynam
 
 from __future__ import annotations
 
-import traceback
-
 import pytest
 import regressions
+from regressions import assert_says, failure_of
 import test_first_call
 import test_import
 import test_triton
@@ -21,18 +20,6 @@ import test_wrapper
 from facts import needs_deferred_setup
 
 pytestmark = needs_deferred_setup
-
-
-def failure_of(guarantee, *args) -> str:
-    """The full text of the failure a guarantee test raises, notes included."""
-    with pytest.raises(BaseException) as excinfo:  # noqa: PT011 - the text below says what it must be
-        guarantee(*args)
-    return "".join(traceback.format_exception(excinfo.value))
-
-
-def assert_says(text: str, *fragments: str) -> None:
-    missing = [fragment for fragment in fragments if fragment not in text]
-    assert not missing, f"the failure does not say {missing}:\n{text}"
 
 
 @pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
