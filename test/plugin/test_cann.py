@@ -25,7 +25,7 @@ from elftools.elf.elffile import ELFFile
 
 from pytest_npu_lazy import cann
 
-REPO = Path(cann.__file__).resolve().parents[1]
+REPO = Path(cann.__file__).resolve().parents[2]
 TORCH_NPU_DIR = Path(next(iter(find_spec("torch_npu").submodule_search_locations)))
 TORCH_LIB_DIR = Path(next(iter(find_spec("torch").submodule_search_locations))) / "lib"
 

@@ -1,0 +1,23 @@
+"""Constants and the error type shared by every part of the CANN host stub."""
+
+from __future__ import annotations
+
+MODES = ("auto", "real", "stub", "off")
+
+# Bump whenever the analysis or the generated C changes: it is part of every cache key.
+GENERATOR_VERSION = "1"
+
+# ACL_ERROR_RT_NO_DEVICE from CANN's public rt_error_codes.h: the honest answer of every stub.
+NO_DEVICE_ERROR = 207004
+
+ENV_MODE = "PYTEST_NPU_LAZY_CANN"
+ENV_CACHE = "PYTEST_NPU_LAZY_CACHE"
+ENV_TRACE = "PYTEST_NPU_LAZY_CANN_TRACE"
+MANIFEST_NAME = "npu-lazy-stub.json"
+STUB_MARKER_SYMBOL = "pytest_npu_lazy_cann_stub"
+
+
+class CannError(Exception):
+    """Raised with a message that says what is wrong and how to fix it."""
+
+
