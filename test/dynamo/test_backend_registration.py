@@ -7,6 +7,7 @@ Dynamo's registry without torch_npu imported), the post-import trigger
 
 from __future__ import annotations
 
+import sys
 from importlib import metadata
 
 import pytest
@@ -116,6 +117,10 @@ def test_dynamo_setup_completes_before_any_backend_lookup(npu_lazy):
     with npu_lazy.phase("dynamo"):
         from torch._dynamo.backends import registry  # noqa: F401
     assert npu_lazy.ran(DYNAMO_SETUP), "importing torch._dynamo did not run the NPU Dynamo set-up"
+    from torch_npu.utils._dynamo import _DynamoPostImportFinder
+
+    assert not [f for f in sys.meta_path if isinstance(f, _DynamoPostImportFinder)], (
+        "the Dynamo post-import trigger stayed on sys.meta_path after it fired")
     assert npu_lazy.calls("torch._dynamo.backends.registry:lookup_backend") == 0
     import torch
 
