@@ -249,8 +249,8 @@ def has_triton_ignores_npu() -> None:
             devices = ("cuda", "xpu", "cpu") if include_cpu else ("cuda", "xpu")
             return any(get_interface_for_device(device).is_available() for device in devices)
 
-        triton_utils = sys.modules["torch.utils._triton"]
-        if triton_utils.has_triton is original:  # torch_npu already installed its own: follow the change
+        triton_utils = sys.modules.get("torch.utils._triton")
+        if getattr(triton_utils, "has_triton", None) is original:  # torch_npu already installed its own: follow
             triton_utils.has_triton = has_triton
         return has_triton
 
