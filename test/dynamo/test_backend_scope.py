@@ -174,12 +174,13 @@ def _fail_inductor_setup():
     raise InjectedFailure(f"injected: _lazy_inductor_setup failed with {VAR}={os.environ.get(VAR)!r}")
 
 
-#: how the scope's entry fails -> (backend given to the scope, the exception, whether the variable was written first)
+#: how the scope's entry fails -> (backend given to the scope, the exception and its text, whether the variable
+#: was written before the failure)
 ENTRY_FAILURES = {
-    "non_str_backend": (1, TypeError, False),
-    "register_fails": ("mlir", InjectedFailure, True),
-    "inductor_setup_fails": ("dvm", InjectedFailure, True),
-    "ascendc_without_npu_inductor": ("ascendc", ModuleNotFoundError, True),
+    "non_str_backend": (1, TypeError, "str", False),
+    "register_fails": ("mlir", InjectedFailure, "register_inductor_npu failed", True),
+    "inductor_setup_fails": ("dvm", InjectedFailure, "_lazy_inductor_setup failed", True),
+    "ascendc_without_npu_inductor": ("ascendc", ModuleNotFoundError, "torch_npu._inductor", True),
 }
 
 
@@ -196,7 +197,7 @@ def test_npu_backend_scope_restores_env_after_entry_failure(npu_lazy, backend_en
     """
     from torch_npu.utils import _dynamo
 
-    backend, error, written_first = ENTRY_FAILURES[failure]
+    backend, error, text, written_first = ENTRY_FAILURES[failure]
     seen = []
     monkeypatch.setattr(_dynamo, "register_inductor_npu",
                         _fail_register if failure == "register_fails" else lambda: seen.append(os.environ.get(VAR)))
@@ -207,7 +208,7 @@ def test_npu_backend_scope_restores_env_after_entry_failure(npu_lazy, backend_en
     if failure == "ascendc_without_npu_inductor":
         npu_lazy.block("torch_npu._inductor")
     backend_env.preset(before)
-    with backend_env.phase("enter"), pytest.raises(error) as excinfo:
+    with backend_env.phase("enter"), pytest.raises(error, match=text) as excinfo:
         with _dynamo._NpuBackendScope(backend):
             pytest.fail(f"_NpuBackendScope({backend!r}) was entered; its entry should have raised {error.__name__}")
     if failure == "register_fails":
