@@ -118,6 +118,15 @@ def _capture_model(torch, name: str):
                 return result
 
         return StreamAndEvent()
+    if name == "record_stream":
+        side_stream = torch.npu.Stream()
+
+        class RecordStream(torch.nn.Module):
+            def forward(self, value):
+                value.record_stream(side_stream)
+                return value + 1
+
+        return RecordStream()
     if name == "autocast":
         class Autocast(torch.nn.Module):
             def forward(self, value):
@@ -141,7 +150,7 @@ def _capture_model(torch, name: str):
 
 
 #: capture cases that need a device: their eager forward initialises the NPU
-DEVICE_CAPTURES = ("stream_and_event", "autocast", "current_device", "device_properties")
+DEVICE_CAPTURES = ("stream_and_event", "record_stream", "autocast", "current_device", "device_properties")
 CAPTURES = ["is_available"] + [pytest.param(name, marks=pytest.mark.requires_npu) for name in DEVICE_CAPTURES]
 
 
@@ -153,8 +162,9 @@ def test_npu_export_capture_semantics_matrix(npu_lazy, capture, strict):
 
     On the host stub only torch.npu.is_available() can run (False); under
     strict export it is captured through torch_npu's constant-fold rule, so
-    the graph holds the eager branch and no call. Streams, events, autocast
-    and device queries initialise the NPU even in eager: requires_npu.
+    the graph holds the eager branch and no call. Streams, events,
+    record_stream, autocast and device queries initialise the NPU even in
+    eager: requires_npu.
     """
     import torch
 
