@@ -227,13 +227,15 @@ def test_dynamo_patch_inventory_is_preserved(npu_lazy):
     assert not stacked, f"torch_npu's patch of {stacked} wraps its own patch: it was installed twice"
     for device in ("npu", "npu:0", "npu:31"):
         assert get_interface_for_device(device) is NpuInterface, f"{device!r}: {get_interface_for_device(device)}"
-    assert {torch.npu.Event, torch.npu.Stream} <= UserDefinedClassVariable._in_graph_classes()
+    assert {torch.npu.Event, torch.npu.Stream} <= UserDefinedClassVariable._in_graph_classes(), (
+        "torch.npu.Event and Stream are not in-graph classes (patch_user_defined_class_variable)")
     handlers = TorchInGraphFunctionVariable._get_handlers()
     accelerator = handlers.get(torch.accelerator.current_stream)
     assert accelerator is None or handlers.get(torch.npu.current_stream) is accelerator, (
         "torch.npu.current_stream has no Dynamo handler (register_npu_current_stream_handler)")
     assert supports_graphsafe_rng(torch.device("npu")), "npu is not registered for graph-safe RNG"
-    assert {"npu", "npugraph_ex", "npugraphs"} <= set(torch._dynamo.list_backends(exclude_tags=None))
+    backends = set(torch._dynamo.list_backends(exclude_tags=None))
+    assert {"npu", "npugraph_ex", "npugraphs"} <= backends, f"torch_npu's backends missing from {sorted(backends)}"
     rules = torch._dynamo.trace_rules.torch_name_rule_map
     counts = {name: sum(rule is getattr(trace_rule, name) for rule in rules) for name in (
         "torch_non_c_binding_in_graph_functions_npu", "torch_c_binding_in_graph_functions_npu", "skip_functions_npu")}
@@ -242,7 +244,7 @@ def test_dynamo_patch_inventory_is_preserved(npu_lazy):
               if not constant_fold_functions.get(f)]
     assert not folded, f"Dynamo does not constant-fold {folded}"
     assert constant_fold_functions_need_guards.get(torch.npu.current_device), "current_device() folds without a guard"
-    assert torch_npu._C._NPUDeviceProperties in common_constant_types
+    assert torch_npu._C._NPUDeviceProperties in common_constant_types, "NPU device properties are no Dynamo constant"
     _assert_optimize_hook(torch)
     npu_lazy.assert_not_loaded("torch_npu._inductor")
     assert not npu_lazy.ran(INDUCTOR_SETUP), "the Dynamo set-up ran the Inductor set-up"
@@ -285,8 +287,9 @@ def test_npu_device_interface_counts_devices(npu_lazy):
     import torch._dynamo
     from torch._dynamo.device_interface import get_interface_for_device
 
-    assert npu_lazy.ran(DYNAMO_SETUP)
-    assert get_interface_for_device("npu").device_count() > 0
+    assert npu_lazy.ran(DYNAMO_SETUP), "importing torch._dynamo did not run the NPU Dynamo set-up"
+    count = get_interface_for_device("npu").device_count()
+    assert count > 0, f"the NPU device interface counts {count} devices on an NPU machine"
 
 
 # -- the regression zoo for this group ------------------------------------------------------------------------
