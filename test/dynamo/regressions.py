@@ -240,3 +240,175 @@ REGRESSIONS: dict[str, Callable[[], None]] = {
     "duplicate_entry_point_registration": duplicate_entry_point_registration,
     "npugraphs_reset_imports_graph_trees": npugraphs_reset_imports_graph_trees,
 }
+
+
+# -- group port-b: backend scope, export, non-Inductor backends, has_triton and Dynamo patches, fork recovery --
+
+
+def caught(guarantee, *args, says=()) -> str:
+    """Run a guarantee test's body with a regression installed: it must fail, saying each of ``says``.
+
+    Returns the whole failure text (notes included) for further checks.
+    """
+    import traceback
+
+    import pytest
+
+    try:
+        guarantee(*args)
+    except pytest.skip.Exception as exc:
+        raise AssertionError(f"{guarantee.__name__} skipped under the regression instead of failing: {exc}") from exc
+    except BaseException as exc:  # noqa: BLE001 - any failure counts; its text is checked below
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    else:
+        raise AssertionError(f"{guarantee.__name__} passed with the regression installed: it cannot catch it")
+    unsaid = [fragment for fragment in says if fragment not in text]
+    assert not unsaid, f"the failure of {guarantee.__name__} does not say {unsaid}:\n{text}"
+    return text
+
+
+def _replace(module_name: str, owner_of: Callable, name: str, replacement_for: Callable) -> None:
+    """Once ``module_name`` has loaded: ``owner.name = replacement_for(original, module)``, owner = owner_of(module)."""
+
+    def patch(module) -> None:
+        owner = owner_of(module)
+        setattr(owner, name, replacement_for(getattr(owner, name), module))
+
+    after_import(module_name, patch)
+
+
+def scope_entry_without_restore() -> None:
+    """The backend scope's entry lost its try/except: a failing entry leaves TORCHINDUCTOR_NPU_BACKEND set."""
+
+    def enter_without_restore(_original, module):
+        def enter(self):
+            import os
+
+            self._old_env = os.environ.get("TORCHINDUCTOR_NPU_BACKEND")
+            os.environ["TORCHINDUCTOR_NPU_BACKEND"] = self.backend
+            module.register_inductor_npu()
+            module._lazy_inductor_setup()
+            return self
+
+        return enter
+
+    _replace("torch_npu.utils._dynamo", lambda module: module._NpuBackendScope, "__enter__", enter_without_restore)
+
+
+def register_before_option_validation() -> None:
+    """The wrapper registers NPU Inductor before torch has validated the compile options."""
+
+    def init_registering_first(original, _module):
+        def init(self, *args, **kwargs):
+            sys.modules["torch_npu.utils._dynamo"].register_inductor_npu()
+            original(self, *args, **kwargs)
+
+        return init
+
+    _replace("torch_npu", lambda _module: sys.modules["torch"]._TorchCompileInductorWrapper, "__init__",
+             init_registering_first)
+
+
+def export_runs_inductor_setup() -> None:
+    """torch_npu wraps the public torch.export.export and runs the whole set-up, Inductor's too, first."""
+
+    def export_after_full_setup(original, _module):
+        def export(*args, **kwargs):
+            npu_dynamo = sys.modules["torch_npu.utils._dynamo"]
+            npu_dynamo._lazy_dynamo_setup()
+            npu_dynamo._lazy_inductor_setup()
+            return original(*args, **kwargs)
+
+        return export
+
+    _replace("torch_npu", lambda _module: sys.modules["torch"].export, "export", export_after_full_setup)
+
+
+def optimize_runs_inductor_setup() -> None:
+    """torch_npu's torch._dynamo.optimize hook sets up NPU Inductor for every backend, eager and custom ones too."""
+
+    def hook_then_wrap(original, _module):
+        def compat_patch_dynamo_optimize():
+            original()
+            dynamo = sys.modules["torch._dynamo"]
+            optimize = dynamo.optimize
+
+            def optimize_with_inductor_setup(*args, **kwargs):
+                sys.modules["torch_npu.utils._dynamo"]._lazy_inductor_setup()
+                return optimize(*args, **kwargs)
+
+            dynamo.optimize = optimize_with_inductor_setup
+
+        return compat_patch_dynamo_optimize
+
+    _replace("torch_npu._compat.dynamo", lambda module: module, "compat_patch_dynamo_optimize", hook_then_wrap)
+
+
+def has_triton_ignores_npu() -> None:
+    """torch_npu's has_triton re-synced with upstream's device list, which has no 'npu' entry."""
+
+    def upstream_devices_only(original, module):
+        import functools
+
+        @functools.lru_cache(None)
+        def has_triton(*, include_cpu: bool = False) -> bool:
+            if not sys.modules["torch.utils._triton"].has_triton_package():
+                return False
+            from torch._dynamo.device_interface import get_interface_for_device
+
+            module._dynamo_register_interface_for_device()
+            devices = ("cuda", "xpu", "cpu") if include_cpu else ("cuda", "xpu")
+            return any(get_interface_for_device(device).is_available() for device in devices)
+
+        triton_utils = sys.modules.get("torch.utils._triton")
+        if getattr(triton_utils, "has_triton", None) is original:  # torch_npu already installed its own: follow
+            triton_utils.has_triton = has_triton
+        return has_triton
+
+    _replace("torch_npu.utils._dynamo", lambda module: module, "has_triton", upstream_devices_only)
+
+
+def builtin_variable_patch_dropped() -> None:
+    """A refactor of the Dynamo set-up steps drops the BuiltinVariable.call_id patch (Event ids in graphs)."""
+
+    def no_op(_original, _module):
+        def patch_builtin_variable():
+            return None
+
+        return patch_builtin_variable
+
+    _replace("torch_npu.utils._dynamo", lambda module: module, "patch_builtin_variable", no_op)
+
+
+def run_once_without_fork_reset() -> None:
+    """torch_npu's run_once keeps its 'running in thread T' state in a forked child, where T does not exist."""
+
+    import os
+
+    def patch(module) -> None:
+        state: dict = {}
+
+        def remember() -> None:
+            state.clear()
+            for value in vars(module).values():
+                if isinstance(getattr(value, "has_run", None), bool) and hasattr(value, "_is_running"):
+                    state[id(value)] = (value, value._is_running, value._running_thread)
+
+        def keep_in_child() -> None:  # runs after torch_npu's own reset, registered earlier
+            for value, running, thread in state.values():
+                value._is_running, value._running_thread = running, thread
+
+        os.register_at_fork(before=remember, after_in_child=keep_in_child)
+
+    after_import("torch_npu.utils._dynamo", patch)
+
+
+REGRESSIONS.update({
+    "scope_entry_without_restore": scope_entry_without_restore,
+    "register_before_option_validation": register_before_option_validation,
+    "export_runs_inductor_setup": export_runs_inductor_setup,
+    "optimize_runs_inductor_setup": optimize_runs_inductor_setup,
+    "has_triton_ignores_npu": has_triton_ignores_npu,
+    "builtin_variable_patch_dropped": builtin_variable_patch_dropped,
+    "run_once_without_fork_reset": run_once_without_fork_reset,
+})
