@@ -104,6 +104,9 @@ def pytest_sessionstart(session: pytest.Session) -> Iterator[None]:
     result = yield
     state = session.config.stash.get(_STATE_KEY, None)
     if state is not None and state.pool is not None and not _runs_no_tests(session.config):
+        from .inherit import remember_pytest_process
+
+        remember_pytest_process()  # what children restore: the handlers an in-process test sees
         state.pool.session = session
         state.pool.start_root()
     return result
