@@ -134,22 +134,20 @@ def _phase_switch(item: pytest.Item, when: str) -> None:
         state.runner_phase(when)
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+# Plain hooks, not wrappers: a wrapper's frames would show in the native traceback of every failing test.
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
     _phase_switch(item, "setup")
-    return (yield)
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
     _phase_switch(item, "test")
-    return (yield)
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
     _phase_switch(item, "teardown")
-    return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
