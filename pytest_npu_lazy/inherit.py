@@ -8,9 +8,10 @@ interpreter exit (which ``os._exit`` skips). Left alone, each of these makes
 an isolated test behave differently from the same test in-process, so each
 is adjusted here, once, where the child starts or ends.
 
-The pytest internals this needs (the capture manager's global capture,
-``_pytest.capture._get_multicapture``, the temporary-path factory's
-``_basetemp``) are used here and nowhere else in the child.
+The pytest internals this needs (the capture manager's ``_global_capturing``
+and ``_method``, ``MultiCapture._state``, ``_pytest.capture._get_multicapture``,
+``config._tmp_path_factory`` and its ``_basetemp``) are used here and nowhere
+else; so is coverage.py's private ``_data_suffix_specified``.
 """
 
 from __future__ import annotations
