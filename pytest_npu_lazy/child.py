@@ -22,19 +22,20 @@ import pytest
 
 from . import probe
 from .errors import NpuLazyError
-from .processes import die_with_parent, kill_group
+from .inherit import adopt_basetemp, private_capture, reset_signals, save_coverage
+from .outputs import ChildOutputs
 from .protocol import Channel, ChannelClosed
 from .recorder import RECORDER
 from .settings import Baseline, TestSettings
+from .target import Target, TargetError, collect_target, identify, not_collected, resolve_exactly
 
 #: names of the files a child hands to the pytest process, in this order
 FILE_NAMES = ("stacks", "stdout", "stderr")
 
 
 def settings_from_payload(payload: dict) -> TestSettings:
-    base = payload["baseline"]
     return TestSettings(isolated=True, isolation=payload["isolation"],
-                        baseline=Baseline(tuple(base["preload"]), bool(base["autoload"])),
+                        baseline=Baseline.from_dict(payload["baseline"]),
                         timeout=payload["timeout"], block=tuple(payload["block"]),
                         track=tuple(payload["track"]))
 
@@ -42,18 +43,21 @@ def settings_from_payload(payload: dict) -> TestSettings:
 class ChildRelay:
     """Plugin registered in the child: forwards reports and warnings as they happen."""
 
-    def __init__(self, channel: Channel, config: pytest.Config) -> None:
+    def __init__(self, channel: Channel, config: pytest.Config, outputs: ChildOutputs) -> None:
         self.channel = channel
         self.config = config
+        self.outputs = outputs
         self.state: probe.ProbeState | None = None  # known once the child is given its test
         self.collect_failures: list[pytest.CollectReport] = []
         self.deselected: list[pytest.Item] = []
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "teardown" and self.state is not None:
-            self.state.finish()
-            report.npu_lazy = self.state.summary()  # type: ignore[attr-defined]
+        if report.when == "teardown":
+            self.outputs.send_junit_extras()
+            if self.state is not None:
+                self.state.finish()
+                report.npu_lazy = self.state.summary()  # type: ignore[attr-defined]
         data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
         self.channel.send("report", data=data)
 
@@ -67,6 +71,10 @@ class ChildRelay:
 
     def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str,
                                 nodeid: str, location: Any) -> None:
+        self.send_warning(warning_message, when, nodeid, location)
+
+    def send_warning(self, warning_message: warnings.WarningMessage, when: str = "runtest",
+                     nodeid: str = "", location: Any = None) -> None:
         self.channel.send("warning", warning=serialize_warning(warning_message), when=when,
                           nodeid=nodeid, location=location)
 
@@ -82,20 +90,8 @@ def serialize_warning(message: warnings.WarningMessage) -> dict:
     }
 
 
-def _reset_signals() -> None:
-    """A child takes Ctrl-C like any Python program and ends its whole group on SIGTERM."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, lambda *_: kill_group(os.getpid(), signal.SIGKILL))
-    die_with_parent(signal.SIGTERM)
-
-
-def _quiet(config: pytest.Config) -> None:
-    """Nothing in the child may write to the terminal or to xdist's channel."""
-    from _pytest.terminal import TerminalWriter
-
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter._tw = TerminalWriter(open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the child
+def _leave_pytest_roles(config: pytest.Config) -> None:
+    """The child runs one test: it neither talks to xdist's controller nor isolates or forks it again."""
     for plugin in list(config.pluginmanager.get_plugins()):
         if type(plugin).__name__ == "WorkerInteractor":  # pytest-xdist's link to its controller
             config.pluginmanager.unregister(plugin)
@@ -106,37 +102,20 @@ def _quiet(config: pytest.Config) -> None:
         config.option.forked = False  # pytest-forked would fork this clean child again
 
 
-def _private_capture(config: pytest.Config) -> list[int]:
-    """Give the child its own capture files (the inherited ones are shared with pytest).
-
-    Their descriptors go to the pytest process, which can read what a test
-    printed even when the child dies before reporting it.
-    """
-    from _pytest.capture import FDCapture, _get_multicapture
-
-    capman = config.pluginmanager.get_plugin("capturemanager")
-    if capman is None or capman._global_capturing is None:
-        return [-1, -1]
-    capturing = _get_multicapture(capman._method)
-    capturing.start_capturing()
-    capturing.suspend_capturing()
-    capman._global_capturing = capturing
-    return [c.tmpfile.fileno() if isinstance(c, FDCapture) else -1 for c in (capturing.out, capturing.err)]
-
-
 def become_test_process(channel: Channel, config: pytest.Config) -> ChildRelay:
     """Everything a child does before it knows its test: a spare child does it while it waits.
 
-    It stops writing to the terminal, sends home the files a crash report
-    reads (the stack dump, its own capture files) and starts relaying reports.
+    It sends its terminal output and JUnit extras home instead of writing
+    them, sends the files a crash report reads (the stack dump, its own
+    capture files) and starts relaying reports.
     """
-    _quiet(config)
-    relay = ChildRelay(channel, config)
+    _leave_pytest_roles(config)
+    relay = ChildRelay(channel, config, ChildOutputs(channel, config))
     config.pluginmanager.register(relay, "npu_lazy_child_relay")
     stacks = tempfile.TemporaryFile()
     faulthandler.enable(stacks, all_threads=True)
     faulthandler.register(signal.SIGUSR1, stacks, all_threads=True)
-    fds = [stacks.fileno(), *_private_capture(config)]
+    fds = [stacks.fileno(), *private_capture(config)]
     channel.send("files", fds=[fd for fd in fds if fd >= 0],
                  names=[name for name, fd in zip(FILE_NAMES, fds) if fd >= 0])
     relay.stacks = stacks  # type: ignore[attr-defined]  # kept open as long as the process lives
@@ -146,12 +125,14 @@ def become_test_process(channel: Channel, config: pytest.Config) -> ChildRelay:
 class TestRun:
     """One isolated test inside the child process."""
 
-    def __init__(self, relay: ChildRelay, settings: TestSettings, nodeid: str, isolation: str) -> None:
+    def __init__(self, relay: ChildRelay, settings: TestSettings, target: Target, isolation: str) -> None:
         self.relay = relay
         self.channel = relay.channel
         self.config = relay.config
         self.settings = settings
-        self.nodeid = nodeid
+        self.target = target
+        self.nodeid = nodeid = target.nodeid
+        adopt_basetemp(self.config, target.basetemp)
         self.state = probe.new_state(nodeid, isolation, settings.baseline.label, settings.baseline.preload)
         self.state.watch = tuple(self.config.getini("npu_lazy_watch"))
         probe.set_active_state(self.state)
@@ -173,20 +154,40 @@ class TestRun:
 
     def collect(self, session: pytest.Session) -> None:
         """Prepare and collect the test: in a spare child, while the previous test still runs."""
-        self.item = collect_one(session, self.relay, self.nodeid) if self.prepare() else None
+        if self.prepare():
+            try:
+                self.find(collect_target(session, self.target, self.relay.deselected))
+            except TargetError as exc:
+                self.not_run(f"npu_lazy: {exc}", error=True)
         self.state.end_runner_phase()
+
+    def find(self, items: list[pytest.Item]) -> None:
+        """Take the target from what the child collected; say why when it is not there."""
         self.collected = True
+        self.item = identify(self.target, items)
 
     def execute(self) -> None:
         if not self.collected:
-            return  # prepare() already said why the test cannot run
+            return  # prepare() or collect() already said why the test cannot run
         if self.item is None:
             text = "\n\n".join(str(r.longrepr) for r in self.relay.collect_failures) or (
-                f"the isolated child collected no test named {self.nodeid!r}; a collection hook "
+                f"the isolated child collected no test named {self.nodeid!r}: a collection hook "
                 "deselected it there, or the test module defines tests differently on each import.")
             self.not_run(text, error=True)
             return
-        self.item.ihook.pytest_runtest_protocol(item=self.item, nextitem=None)
+        self.relay.outputs.sending = True
+        try:
+            self.item.ihook.pytest_runtest_protocol(item=self.item, nextitem=None)
+        finally:
+            self.relay.outputs.sending = False
+
+    def finish(self) -> None:
+        """Save what must outlive the child, then tell the pytest process it may go on."""
+        problem = save_coverage()
+        if problem:
+            self.relay.send_warning(warnings.WarningMessage(pytest.PytestWarning(problem), pytest.PytestWarning,
+                                                            "", 0), nodeid=self.nodeid)
+        self.channel.send("finished")
 
     def not_run(self, text: str, error: bool) -> None:
         self.channel.send("not_run", text=text, error=error)
@@ -215,21 +216,6 @@ class TestRun:
         return False
 
 
-def node_argument(config: pytest.Config, nodeid: str) -> str:
-    """The rootdir-relative node id as an argument pytest resolves from any directory."""
-    path, sep, rest = nodeid.partition("::")
-    return str(config.rootpath / path) + sep + rest
-
-
-def collect_one(session: pytest.Session, relay: ChildRelay, nodeid: str) -> pytest.Item | None:
-    """Collect only ``nodeid``, rescuing it if a collection hook deselects it here."""
-    try:
-        items = session.perform_collect([node_argument(session.config, nodeid)])
-    except pytest.UsageError:
-        return None
-    return next((i for i in [*items, *relay.deselected] if i.nodeid == nodeid), None)
-
-
 def serve_child(channel: Channel, session: pytest.Session, baseline: Baseline, isolation: str) -> None:
     """Entry point of a forked child: take a test, collect it, run it when told, report, exit.
 
@@ -237,14 +223,15 @@ def serve_child(channel: Channel, session: pytest.Session, baseline: Baseline, i
     runs, so its collection is off the critical path; ``run`` then starts
     the protocol at once.
     """
-    _reset_signals()
+    reset_signals()
     RECORDER.reset_after_fork()
     relay = become_test_process(channel, session.config)
     try:
         message = channel.recv()
         if message.kind not in ("prepare", "run"):
             return
-        run = TestRun(relay, settings_from_payload(message.payload["settings"]), message.payload["nodeid"], isolation)
+        run = TestRun(relay, settings_from_payload(message.payload["settings"]),
+                      Target.from_dict(message.payload["target"]), isolation)
         go_on = run.guarded(lambda: run.collect(session))
         if message.kind == "prepare":
             message = channel.recv()
@@ -254,7 +241,7 @@ def serve_child(channel: Channel, session: pytest.Session, baseline: Baseline, i
         return  # a spare child that was never needed
     if go_on:
         run.guarded(run.execute)
-    channel.send("finished")
+    run.finish()
     sys.stdout.flush()
     sys.stderr.flush()
 
@@ -275,7 +262,7 @@ class SpawnedSession:
         self.config = config
         self.channel = Channel(socket.socket(fileno=fd))
         self.run: TestRun | None = None
-        _reset_signals()
+        reset_signals()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -292,24 +279,37 @@ class SpawnedSession:
             except BaseException:
                 failure = f"importing preload module {module!r} failed:\n{traceback.format_exc()}"
                 break
-        self.run = TestRun(become_test_process(self.channel, self.config), settings, message.payload["nodeid"],
-                           "spawn")
+        target = Target.from_dict(message.payload["target"])
+        self.run = TestRun(become_test_process(self.channel, self.config), settings, target, "spawn")
         if failure is not None:
             self.run.not_run(f"npu_lazy: {settings.baseline.label} could not be prepared: {failure}", error=True)
-            self._exit(finished=True)
-        self.run.collected = self.run.prepare()
+            self._exit()
+        if self.run.prepare():
+            resolve_exactly(target)  # for the collection pytest is about to do; this process ends after it
+        else:
+            self._exit()
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_collection(self, session: pytest.Session):
+        try:
+            return (yield)
+        except pytest.UsageError as exc:  # pytest would print it and exit 4: the test gets it instead
+            self.run.not_run(f"npu_lazy: {not_collected(self.run.target, exc)}", error=True)
+            self._exit()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
         run = self.run
-        run.item = next((i for i in [*session.items, *run.relay.deselected] if i.nodeid == run.nodeid), None)
+        try:
+            run.find([*session.items, *run.relay.deselected])
+        except TargetError as exc:
+            run.not_run(f"npu_lazy: {exc}", error=True)
         run.guarded(run.execute)
-        self._exit(finished=True)
+        self._exit()
         return True  # pragma: no cover - _exit does not return
 
-    def _exit(self, finished: bool) -> None:
-        if finished:
-            self.channel.send("finished")
+    def _exit(self) -> None:
+        self.run.finish()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

@@ -19,9 +19,11 @@ import pytest
 from _pytest.reports import TestReport
 
 from .errors import MarkerError, NpuLazyError
+from .outputs import add_junit_extras, show_terminal_text
 from .processes import kill_group
 from .protocol import Channel, ChannelClosed, describe_status, report_from_data
 from .settings import Resolver, TestSettings
+from .target import order
 
 #: How long a child may take to report its exit status after its socket closed.
 EXIT_STATUS_TIMEOUT = 10.0
@@ -131,6 +133,7 @@ class ChildRun:
         self.files: dict[str, int] = {}
         self.child: Child | None = None
         self.internal_error: str | None = None  # a traceback of pytest-npu-lazy's own code in the child
+        self.junit_extras: dict[str, Any] | None = None  # logged with the teardown report
 
     def run(self, prepare_next=lambda: None) -> None:
         try:
@@ -139,7 +142,7 @@ class ChildRun:
             self._finish_with(f"npu_lazy: cannot start an isolated child: {exc}", error=True)
             return
         try:
-            self.child.channel.send("run", nodeid=self.item.nodeid, settings=self.settings.to_dict())
+            self.child.channel.send("run", **order(self.item, self.settings))
             prepare_next()
             self._relay()
         except BaseException:
@@ -170,6 +173,10 @@ class ChildRun:
                 self._log(report_from_data(self.config, payload["data"]))
             elif kind == "warning":
                 self._warn(payload)
+            elif kind == "terminal":
+                show_terminal_text(self.config, payload["text"])
+            elif kind == "junit":
+                self.junit_extras = payload
             elif kind == "files":
                 self.files = dict(zip(payload["names"], message.fds))
             elif kind == "not_run":
@@ -183,6 +190,8 @@ class ChildRun:
 
     def _log(self, report: TestReport) -> None:
         self.phases_reported[report.when] = report.outcome
+        if report.when == "teardown" and self.junit_extras is not None:
+            add_junit_extras(self.config, report, self.junit_extras)
         self.item.ihook.pytest_runtest_logreport(report=report)
 
     def _warn(self, payload: dict[str, Any]) -> None:

@@ -104,6 +104,9 @@ def pytest_sessionstart(session: pytest.Session) -> Iterator[None]:
     result = yield
     state = session.config.stash.get(_STATE_KEY, None)
     if state is not None and state.pool is not None and not _runs_no_tests(session.config):
+        from .inherit import remember_pytest_process
+
+        remember_pytest_process()  # what children restore: the handlers an in-process test sees
         state.pool.session = session
         state.pool.start_root()
     return result
@@ -131,22 +134,20 @@ def _phase_switch(item: pytest.Item, when: str) -> None:
         state.runner_phase(when)
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+# Plain hooks, not wrappers: a wrapper's frames would show in the native traceback of every failing test.
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
     _phase_switch(item, "setup")
-    return (yield)
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
     _phase_switch(item, "test")
-    return (yield)
 
 
-@pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
     _phase_switch(item, "teardown")
-    return (yield)
 
 
 @pytest.hookimpl(wrapper=True)

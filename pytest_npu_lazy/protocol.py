@@ -12,8 +12,10 @@ root zygote -> pytest   ``zygote_started`` {key, pid} +1 fd, ``zygote_exited`` {
 pytest -> zygote        ``fork_child`` {}
 zygote -> pytest        ``ready`` {pid, error, warnings}, ``child_forked`` {pid} +1 fd,
                         ``fork_refused`` {reason}, ``child_exited`` {pid, status}
-pytest -> child         ``run`` {nodeid, settings}
+pytest -> child         ``prepare`` and ``run`` {nodeid, settings, target} (see :mod:`.target`)
 child -> pytest         ``files`` {names} +n fds, ``report`` {data}, ``warning`` {...},
+                        ``terminal`` {text}, ``junit`` {attributes, suite_properties},
+                        ``not_run`` {text, error}, ``internal_error`` {text},
                         ``interrupted`` {exception, message, returncode}, ``finished`` {}
 """
 
@@ -25,6 +27,7 @@ import select
 import signal
 import socket
 import struct
+import threading
 import time
 from collections import deque
 from typing import Any, NamedTuple
@@ -51,6 +54,7 @@ class Channel:
         self._buffer = bytearray()
         self._fds: deque[int] = deque()
         self._pending: deque[Message] = deque()
+        self._send_lock = threading.Lock()  # a child's log lines may come from any thread
 
     @classmethod
     def pair(cls) -> tuple["Channel", "Channel"]:
@@ -63,11 +67,12 @@ class Channel:
     def send(self, kind: str, /, fds: list[int] | tuple[int, ...] = (), **payload: Any) -> None:
         body = json.dumps({"kind": kind, **payload}, default=str).encode()
         frame = _HEADER.pack(len(body), len(fds)) + body
-        if fds:
-            socket.send_fds(self.sock, [frame[:1]], list(fds))
-            self.sock.sendall(frame[1:])
-        else:
-            self.sock.sendall(frame)
+        with self._send_lock:
+            if fds:
+                socket.send_fds(self.sock, [frame[:1]], list(fds))
+                self.sock.sendall(frame[1:])
+            else:
+                self.sock.sendall(frame)
 
     def recv(self, timeout: float | None = None) -> Message | None:
         """The next message; None when ``timeout`` passes first; ChannelClosed on EOF."""

@@ -288,6 +288,19 @@ class ImportRecorder:
             return stack
 
     def _find_and_load(self, name: str, import_):
+        """What importlib calls for every load; an error leaves without this module's frames.
+
+        A failing import then reads as it does without the plugin, in pytest's
+        tracebacks and in Python's own (CPython drops importlib's frames only
+        where no other frame sits between them).
+        """
+        try:
+            return self._load(name, import_)
+        except BaseException as exc:
+            exc.__traceback__ = without_frames_of(__file__, exc.__traceback__)
+            raise
+
+    def _load(self, name: str, import_):
         original = self._original
         existing = sys.modules.get(name, _MISSING)
         if existing is not _MISSING and existing is not None:
@@ -351,6 +364,13 @@ class ImportRecorder:
 
 
 _MISSING = object()
+
+
+def without_frames_of(filename: str, tb):
+    """The traceback from its first frame that is not in ``filename``: a wrapper's own frames removed."""
+    while tb is not None and tb.tb_frame.f_code.co_filename == filename:
+        tb = tb.tb_next
+    return tb
 
 #: The process-wide recorder: installed by the plugin before conftests load,
 #: inherited by every zygote and child through fork.

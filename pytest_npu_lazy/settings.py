@@ -25,8 +25,9 @@ INI = {
     "npu_lazy_isolate": ("which tests run isolated: marked (default), all or off", "string", "marked"),
     "npu_lazy_isolation": ("how isolated tests run: fork (from a zygote, default) or spawn", "string", "fork"),
     "npu_lazy_preload": ("modules every zygote imports before forking tests (default: torch)", "linelist", ["torch"]),
-    "npu_lazy_autoload": ("let torch auto-load device backends (TORCH_DEVICE_BACKEND_AUTOLOAD) in zygotes",
-                          "bool", False),
+    "npu_lazy_autoload": ("let torch auto-load device backends (TORCH_DEVICE_BACKEND_AUTOLOAD) in zygotes "
+                          "(default: off where a zygote preloads modules, untouched where it preloads none)",
+                          "bool", None),
     "npu_lazy_timeout": ("seconds an isolated test may run before it is killed (0: no limit)", "string", "0"),
     "npu_lazy_cann": ("CANN for torch_npu: auto (real if it loads, else the host stub), real, stub or off",
                       "string", "auto"),
@@ -51,14 +52,26 @@ class Baseline:
     """What a zygote imports before it forks tests; one zygote per distinct baseline."""
 
     preload: tuple[str, ...]
-    autoload: bool
+    #: TORCH_DEVICE_BACKEND_AUTOLOAD for the zygote and its tests; None leaves the environment as it is
+    autoload: bool | None
 
     @property
     def label(self) -> str:
-        return f"a zygote with preload {list(self.preload)}, device-backend autoload {'on' if self.autoload else 'off'}"
+        autoload = {True: "on", False: "off", None: "as the environment sets it"}[self.autoload]
+        return f"a zygote with preload {list(self.preload)}, device-backend autoload {autoload}"
+
+    def environment(self) -> dict[str, str]:
+        """The variables the zygote sets: only those its settings ask for."""
+        if self.autoload is None:
+            return {}
+        return {"TORCH_DEVICE_BACKEND_AUTOLOAD": "1" if self.autoload else "0"}
 
     def to_dict(self) -> dict:
         return {"preload": list(self.preload), "autoload": self.autoload}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Baseline":
+        return cls(tuple(data["preload"]), data["autoload"])
 
 
 @dataclass(frozen=True)
@@ -120,7 +133,8 @@ class Resolver:
         else:
             preload = tuple(config.getini("npu_lazy_preload"))
         _check_module_names("npu_lazy_preload", preload)
-        self.default_baseline = Baseline(preload, bool(config.getini("npu_lazy_autoload")))
+        self.autoload = config.getini("npu_lazy_autoload")  # None unless the ini file sets it
+        self.default_baseline = self.baseline(preload, None)
         self.timeout = self._timeout()
 
     def _choice(self, key: str, choices: tuple[str, ...]) -> str:
@@ -144,6 +158,16 @@ class Resolver:
             raise pytest.UsageError(f"{source} = {value!r} is negative; use a positive number of seconds, or 0 for no limit.")
         return seconds or None
 
+    def baseline(self, preload: tuple[str, ...], autoload: bool | None) -> Baseline:
+        """Autoload is off where the zygote imports something, unless asked for; with nothing to
+        import, the environment is left as it is, so a test that imports torch itself gets torch's
+        own default, as in-process."""
+        if autoload is None:
+            autoload = self.autoload
+        if autoload is None and preload:
+            autoload = False
+        return Baseline(preload, autoload)
+
     def for_item(self, item: pytest.Item) -> TestSettings:
         """Raise MarkerError when the marker is misused; resolved once per item."""
         resolved = item.stash.get(_RESOLVED, None)
@@ -161,7 +185,7 @@ class Resolver:
         options = marker_options(item)
         isolated = self.isolate == "all" or (self.isolate == "marked" and item.get_closest_marker("npu_lazy") is not None)
         preload = options.get("preload", self.default_baseline.preload)
-        baseline = Baseline(tuple(preload), options.get("autoload", self.default_baseline.autoload))
+        baseline = self.baseline(tuple(preload), options.get("autoload"))
         timeout = options["timeout"] if "timeout" in options else _timeout_marker(item, self.timeout)
         block = tuple(options.get("block", ()))
         clash = sorted(m for m in block if any(m == p or m.startswith(p + ".") or p.startswith(m + ".") for p in preload))

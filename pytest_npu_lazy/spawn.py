@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from .child import SpawnedSession, node_argument
+from .child import SpawnedSession
 from .processes import kill_group
 from .protocol import Channel
 from .settings import TestSettings
+from .target import Target
 
 
 @dataclass
@@ -68,7 +69,7 @@ class SpawnLauncher:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ, **self.extra_env)
         env[SpawnedSession.ENV] = str(theirs.fileno())
-        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "1" if settings.baseline.autoload else "0"
+        env.update(settings.baseline.environment())
         try:
             process = subprocess.Popen(
                 [sys.executable, "-m", "pytest", *child_arguments(self.config, item)],
@@ -83,7 +84,9 @@ def child_arguments(config: pytest.Config, item: pytest.Item) -> list[str]:
     """The user's own command line, aimed at one test, without distribution or forking."""
     positional = set(config.args)
     args = [a for a in config.invocation_params.args if a not in positional]
-    args.append(node_argument(config, item.nodeid))
+    args.append(Target.of(item).argument)
     if config.pluginmanager.hasplugin("xdist"):
         args += ["-n", "0"]
+    if getattr(config.option, "cov_source", None) and not getattr(config.option, "cov_append", False):
+        args.append("--cov-append")  # pytest-cov in the child must not erase the data other tests saved
     return args

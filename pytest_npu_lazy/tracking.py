@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 
 from .errors import ProbeUsageError
-from .recorder import ImportRecorder
+from .recorder import ImportRecorder, without_frames_of
 
 
 @dataclass
@@ -130,7 +130,11 @@ class CallTracker:
             state.calls += 1
             if state.first_phase is None:
                 state.first_phase = recorder.phase
-            return function(*args, **kwargs)
+            try:
+                return function(*args, **kwargs)
+            except BaseException as exc:  # the function's error, as it reads without the wrapper
+                exc.__traceback__ = without_frames_of(__file__, exc.__traceback__)
+                raise
 
         wrapped = type(raw)(counting) if isinstance(raw, (staticmethod, classmethod)) else counting
         setattr(owner, attr, wrapped)

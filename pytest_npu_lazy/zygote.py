@@ -33,6 +33,7 @@ from .processes import ChildWatcher, die_with_parent, kill_group
 from .protocol import Channel, ChannelClosed, Message, describe_status
 from .recorder import RECORDER
 from .settings import Baseline
+from .target import order
 
 _POLL = 0.05
 READY_TIMEOUT = 600.0  # importing a baseline may compile or download nothing, but can be slow
@@ -89,8 +90,7 @@ def serve_root(channel: Channel, session) -> None:
     def handle(message: Message) -> None:
         if message.kind != "start_zygote":
             return
-        baseline = Baseline(tuple(message.payload["baseline"]["preload"]),
-                            bool(message.payload["baseline"]["autoload"]))
+        baseline = Baseline.from_dict(message.payload["baseline"])
         ours, theirs = Channel.pair()
         pid = os.fork()
         if pid == 0:
@@ -105,7 +105,7 @@ def serve_root(channel: Channel, session) -> None:
 
 def serve_zygote(channel: Channel, session, baseline: Baseline) -> None:
     _become_server(signal.SIGKILL)
-    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "1" if baseline.autoload else "0"
+    os.environ.update(baseline.environment())
     RECORDER.set_phase("preload")
     with _captured_output() as output:
         error = import_preload(baseline)
@@ -450,7 +450,7 @@ class ZygotePool:
         if zygote.error:
             raise ZygoteError(f"{settings.baseline.label} could not be prepared: {zygote.error}")
         child = zygote.take_child()
-        child.channel.send("prepare", nodeid=item.nodeid, settings=settings.to_dict())
+        child.channel.send("prepare", **order(item, settings))
         return child
 
     def prepare(self, item, settings) -> None:
@@ -463,7 +463,7 @@ class ZygotePool:
         except ZygoteError:
             return
         try:
-            child.channel.send("prepare", nodeid=item.nodeid, settings=settings.to_dict())
+            child.channel.send("prepare", **order(item, settings))
         except OSError:
             child.close()
             return

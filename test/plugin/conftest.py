@@ -8,6 +8,7 @@ logged in the pytest process (the controller under xdist).
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from dataclasses import dataclass
 
@@ -78,11 +79,16 @@ def run_pytest(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
     pytester.makeconftest(RECORDING_CONFTEST)
     counter = iter(range(1000))
 
-    def run(*args: str, timeout: float = 300) -> Run:
+    def run(*args: str, timeout: float = 300, basetemp: bool = True) -> Run:
+        """``basetemp=False``: no ``--basetemp`` (pytester adds one), so pytest picks its own directory."""
         path = pytester.path / f"reports-{next(counter)}.json"
         monkeypatch.setenv("NPU_LAZY_TEST_REPORTS", str(path))
         # test order matters in some scenarios; pytest-randomly, where installed, would shuffle it
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly", *args, timeout=timeout)
+        args = ("-p", "no:cacheprovider", "-p", "no:randomly", *args)
+        if basetemp:
+            result = pytester.runpytest_subprocess(*args, timeout=timeout)
+        else:
+            result = pytester.run(sys.executable, "-m", "pytest", *args, timeout=timeout)
         reports = json.loads(path.read_text()) if path.exists() else []
         return Run(result, reports)
 

@@ -1,0 +1,119 @@
+"""What an isolated test writes besides its reports: terminal lines and JUnit XML extras.
+
+In-process, live logs (``log_cli``), ``--setup-show`` lines and anything else
+written through the terminal writer appear while the test runs, and
+``record_xml_attribute`` / ``record_testsuite_property`` write into the JUnit
+XML object of the pytest process. A child has copies of both, which nobody
+reads. So the child's terminal writer sends what it is given home as
+``terminal`` messages, and the JUnit extras travel as one ``junit`` message
+before the teardown report; the pytest process writes both where its own
+would have gone. Progress lines and results are not sent: the pytest process
+prints those from the reports, as for any test.
+
+The pytest internals this needs (``_pytest.junitxml.xml_key`` and the
+JUnit node reporters, the terminal reporter's ``_tw``) are used here only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+
+def _xml(config: pytest.Config):
+    from _pytest.junitxml import xml_key
+
+    return config.stash.get(xml_key, None)
+
+
+# -- in the child -------------------------------------------------------------
+
+class _ChannelFile:
+    """A text file whose writes become ``terminal`` messages while the test runs."""
+
+    def __init__(self, outputs: "ChildOutputs") -> None:
+        self.outputs = outputs
+
+    def write(self, text: str) -> int:
+        if self.outputs.sending and text:
+            self.outputs.channel.send("terminal", text=text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+class _TerminalStandIn:
+    """Registered as ``terminalreporter`` in the child: its writer, without its hooks.
+
+    Code that writes through ``config.get_terminal_writer()`` or the reporter
+    (live logging, ``--setup-show``, pytest-timeout's stack dump) reaches the
+    pytest process; the reporter's own hooks, which would print the child's
+    progress and results, are not registered.
+    """
+
+    def __init__(self, reporter: Any) -> None:
+        self._reporter = reporter
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reporter, name)
+
+
+class ChildOutputs:
+    """The child's terminal and JUnit extras, sent to the pytest process."""
+
+    def __init__(self, channel, config: pytest.Config) -> None:
+        from _pytest._io import TerminalWriter
+
+        self.channel = channel
+        self.sending = False  # collection output was shown when the pytest process collected
+        manager = config.pluginmanager
+        reporter = manager.get_plugin("terminalreporter")
+        if reporter is not None:
+            inherited = reporter._tw
+            writer = TerminalWriter(_ChannelFile(self))  # type: ignore[arg-type]
+            writer.hasmarkup, writer.code_highlight = inherited.hasmarkup, inherited.code_highlight
+            writer.fullwidth = inherited.fullwidth
+            reporter._tw = writer
+            manager.unregister(reporter)
+            manager.register(_TerminalStandIn(reporter), "terminalreporter")
+        self.xml = _xml(config)
+        if self.xml is not None:
+            manager.unregister(self.xml)  # the pytest process writes this test's XML from its reports
+            self._reporters_before = len(self.xml.node_reporters_ordered)
+            self._properties_before = len(self.xml.global_properties)
+
+    def send_junit_extras(self) -> None:
+        """Attributes and suite properties the test recorded (call before its teardown report)."""
+        if self.xml is None:
+            return
+        attributes = [[name, value] for reporter in self.xml.node_reporters_ordered[self._reporters_before:]
+                      for name, value in reporter.attrs.items()]
+        properties = [list(p) for p in self.xml.global_properties[self._properties_before:]]
+        if attributes or properties:
+            self.channel.send("junit", attributes=attributes, suite_properties=properties)
+
+
+# -- in the pytest process --------------------------------------------------------
+
+def show_terminal_text(config: pytest.Config, text: str) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write(text, flush=True)
+
+
+def add_junit_extras(config: pytest.Config, report: pytest.TestReport, extras: dict[str, Any]) -> None:
+    """Before the teardown report is logged: what record_xml_attribute and record_testsuite_property recorded."""
+    xml = _xml(config)
+    if xml is None:
+        return
+    if extras["attributes"]:
+        reporter = xml.node_reporter(report)
+        for name, value in extras["attributes"]:
+            reporter.add_attribute(name, value)
+    for name, value in extras["suite_properties"]:
+        xml.add_global_property(name, value)

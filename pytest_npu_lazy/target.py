@@ -1,0 +1,192 @@
+"""Which test a child runs: the pytest process's item, found again in a process that collects only it.
+
+A node id is not always an argument pytest can parse back: a directory
+named ``case[1]`` or a parametrization id containing ``::`` breaks the
+split into path, names and parametrization. So the pytest process sends the
+item's file and the exact names of the nodes below it, and the child has
+pytest's own collection follow exactly those names (nothing else in the file
+is collected, and every collection hook runs as usual).
+
+The child then checks that what it found is what the pytest process
+collected: the same node id and the same parameter values. A parametrization
+built in another order in another process (from a set, from object
+identities, from the clock) gives the same ids to different cases; running
+"test[x0]" with another value would be a silent lie, so it fails instead.
+
+The pytest internal this needs (``_pytest.main.resolve_collection_argument``,
+replaced in the child only, for the one argument naming the target) lives
+here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from .inherit import session_basetemp
+
+_TARGET_KEY = pytest.StashKey["Target"]()
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+_MAX_DESCRIPTION = 300
+
+
+class TargetError(Exception):
+    """The child cannot run the test the pytest process asked for; the message says why."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """An isolated test as the pytest process collected it."""
+
+    nodeid: str
+    #: the file pytest collects (absolute), or a node-id argument for items outside any file
+    argument: str
+    #: names of the nodes below the file, down to the item (empty: ``argument`` is a node id)
+    names: tuple[str, ...] = ()
+    #: parameter name -> a description of its value that is equal in every process for equal values
+    params: dict[str, str] = field(default_factory=dict)
+    #: the session's base temporary directory, shared by every isolated test
+    basetemp: str | None = None
+
+    @classmethod
+    def of(cls, item: pytest.Item) -> "Target":
+        target = item.stash.get(_TARGET_KEY, None)
+        if target is None:
+            chain = item.listchain()
+            files = [i for i, node in enumerate(chain) if isinstance(node, pytest.File)]
+            if files:
+                argument, names = str(chain[files[-1]].path), tuple(n.name for n in chain[files[-1] + 1:])
+            else:  # an item a directory collector made: its node id is the best pytest can take
+                argument, names = node_argument(item.config, item.nodeid), ()
+            target = item.stash[_TARGET_KEY] = cls(item.nodeid, argument, names, describe_params(item),
+                                                   session_basetemp(item.config))
+        return target
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Target":
+        return cls(data["nodeid"], data["argument"], tuple(data["names"]), dict(data["params"]), data["basetemp"])
+
+
+def order(item: pytest.Item, settings) -> dict[str, Any]:
+    """The payload of the ``prepare`` and ``run`` messages: which test, with which settings."""
+    return {"nodeid": item.nodeid, "settings": settings.to_dict(), "target": Target.of(item).to_dict()}
+
+
+def node_argument(config: pytest.Config, nodeid: str) -> str:
+    """The rootdir-relative node id as an argument pytest resolves from any directory."""
+    path, sep, rest = nodeid.partition("::")
+    return str(config.rootpath / path) + sep + rest
+
+
+# -- in the child -------------------------------------------------------------
+
+def resolve_exactly(target: Target) -> Callable[[], None]:
+    """Make pytest resolve the target's argument to its file and exact names; returns the undo.
+
+    Everything else (path matching, conftests, every collection hook) stays
+    pytest's own; only the parsing of this one argument is skipped.
+    """
+    import _pytest.main as main
+
+    original = main.resolve_collection_argument
+    if not target.names:
+        return lambda: None
+
+    def resolve(invocation_path, arg, *args, **kwargs):
+        if arg != target.argument:
+            return original(invocation_path, arg, *args, **kwargs)
+        plain = original(invocation_path, os.sep, *args, **kwargs)  # a valid argument of this pytest's shape
+        if isinstance(plain, tuple):  # older pytest: (path, names)
+            return Path(target.argument), list(target.names)
+        changes: dict[str, Any] = {"path": Path(target.argument), "parts": list(target.names)}
+        if hasattr(plain, "parametrization"):
+            changes["parametrization"] = ""  # the last name already holds it: match it exactly
+        return dataclasses.replace(plain, **changes)
+
+    main.resolve_collection_argument = resolve
+
+    def undo() -> None:
+        main.resolve_collection_argument = original
+
+    return undo
+
+
+def collect_target(session: pytest.Session, target: Target, extra: list[pytest.Item]) -> list[pytest.Item]:
+    """Collect only the target (pytest's UsageError becomes a TargetError that keeps its text)."""
+    undo = resolve_exactly(target)
+    try:
+        return [*session.perform_collect([target.argument]), *extra]
+    except pytest.UsageError as exc:
+        raise not_collected(target, exc) from None
+    finally:
+        undo()
+
+
+def not_collected(target: Target, error: pytest.UsageError) -> TargetError:
+    """pytest's own words for why it could not collect the target (it says them in its UsageError)."""
+    text = "\n".join(str(arg) for arg in error.args) or "a usage error"
+    return TargetError(f"pytest could not collect {target.nodeid!r} in the isolated child:\n{text}")
+
+
+def identify(target: Target, items: list[pytest.Item]) -> pytest.Item | None:
+    """The item that is the target, after checking its parameters; None when none was collected."""
+    found = next((item for item in items if item.nodeid == target.nodeid), None)
+    if found is None:
+        if items:
+            raise TargetError(
+                f"the isolated child collected {', '.join(repr(i.nodeid) for i in items[:5])} but not "
+                f"{target.nodeid!r}: the test's module defines its tests differently on each import "
+                "(ids or parametrization built from something that changes between processes).")
+        return None
+    params = describe_params(found)
+    if params != target.params:
+        differing = sorted(k for k in {*params, *target.params} if params.get(k) != target.params.get(k))
+        lines = "\n".join(f"  {name}: {target.params.get(name, '(none)')} in the pytest process, "
+                          f"{params.get(name, '(none)')} in the child" for name in differing)
+        raise TargetError(
+            f"{target.nodeid!r} has different parameters in the isolated child than in the pytest process:\n"
+            f"{lines}\nThe parametrization is not built the same way in every process (from a set, object "
+            "identities, random or time-dependent values), so this id names another case here. Build the "
+            "values in a fixed order (e.g. sorted(...)) or give ids that are derived from the values.")
+    return found
+
+
+# -- parameter descriptions -------------------------------------------------------
+
+def describe_params(item: pytest.Item) -> dict[str, str]:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return {}
+    return {name: _describe(value)[:_MAX_DESCRIPTION] for name, value in callspec.params.items()}
+
+
+def _describe(value: Any, depth: int = 0) -> str:
+    """Equal for equal values in any two processes: no addresses, sets in sorted order."""
+    if value is None or isinstance(value, (str, bytes, int, float, complex, enum.Enum)):
+        return repr(value)
+    kind = type(value)
+    if depth < 3:
+        if isinstance(value, (tuple, list)):
+            return f"{kind.__name__}({', '.join(_describe(v, depth + 1) for v in value)})"
+        if isinstance(value, (set, frozenset)):
+            return f"{kind.__name__}({', '.join(sorted(_describe(v, depth + 1) for v in value))})"
+        if isinstance(value, dict):
+            items = sorted(f"{_describe(k, depth + 1)}: {_describe(v, depth + 1)}" for k, v in value.items())
+            return f"{kind.__name__}({', '.join(items)})"
+    try:
+        text = _ADDRESS.sub("0x?", repr(value))
+    except Exception:  # a broken __repr__ must not break the run
+        text = "?"
+    if kind.__repr__ is object.__repr__ and depth < 3 and isinstance(getattr(value, "__dict__", None), dict):
+        text += " " + _describe(dict(vars(value)), depth + 1)
+    return f"{kind.__module__}.{kind.__qualname__} {text}"
