@@ -22,6 +22,7 @@ import pytest
 
 from . import probe
 from .errors import NpuLazyError
+from .logs import existing_loggers, quiet_preload_loggers
 from .processes import die_with_parent, kill_group
 from .protocol import Channel, ChannelClosed
 from .recorder import RECORDER
@@ -36,7 +37,7 @@ def settings_from_payload(payload: dict) -> TestSettings:
     return TestSettings(isolated=True, isolation=payload["isolation"],
                         baseline=Baseline(tuple(base["preload"]), bool(base["autoload"])),
                         timeout=payload["timeout"], block=tuple(payload["block"]),
-                        track=tuple(payload["track"]))
+                        track=tuple(payload["track"]), preload_source=payload["preload_source"])
 
 
 class ChildRelay:
@@ -152,7 +153,8 @@ class TestRun:
         self.config = relay.config
         self.settings = settings
         self.nodeid = nodeid
-        self.state = probe.new_state(nodeid, isolation, settings.baseline.label, settings.baseline.preload)
+        self.state = probe.new_state(nodeid, isolation, settings.baseline.label, settings.baseline.preload,
+                                     preload_source=settings.preload_source)
         self.state.watch = tuple(self.config.getini("npu_lazy_watch"))
         probe.set_active_state(self.state)
         relay.state = self.state
@@ -285,6 +287,7 @@ class SpawnedSession:
         message = self.channel.recv()
         settings = settings_from_payload(message.payload["settings"])
         RECORDER.set_phase("preload")
+        loggers = existing_loggers()
         failure = None
         for module in settings.baseline.preload:
             try:
@@ -292,6 +295,7 @@ class SpawnedSession:
             except BaseException:
                 failure = f"importing preload module {module!r} failed:\n{traceback.format_exc()}"
                 break
+        quiet_preload_loggers(self.config, loggers)
         self.run = TestRun(become_test_process(self.channel, self.config), settings, message.payload["nodeid"],
                            "spawn")
         if failure is not None:

@@ -204,7 +204,7 @@ class ChildRun:
             return
         lost = self.child.lost_parent()
         if lost:
-            self._finish_with(f"ERROR: {lost}", error=True)
+            self._finish_with(lost, error=True)  # shown as ERROR already: no prefix
             return
         if status is not None and os.WIFEXITED(status):
             text = f"CRASHED: the isolated child (pid {self.child.pid}) ended with {how} before it finished reporting"

@@ -60,6 +60,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from .report import Reporter
 
     config.pluginmanager.register(Reporter(config), "npu_lazy_reporter")
+    from .environment import hidden_warnings
+
+    for hidden in hidden_warnings(config.stash[_CANN_KEY]):  # the header says why
+        config.addinivalue_line("filterwarnings", hidden.filter)
     fd = os.environ.pop("PYTEST_NPU_LAZY_CHILD_FD", None)
     if fd is not None:
         from .child import SpawnedSession
@@ -167,5 +171,5 @@ def pytest_report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] 
 def npu_lazy(request: pytest.FixtureRequest) -> Iterator[probe.NpuLazy]:
     """Deferred-loading probe: phases, compile-vs-eager, assert_(not_)loaded, ran, block."""
     resolver = request.config.stash[_STATE_KEY].resolver
-    with probe.probe_for(request.node, lambda: resolver.for_item(request.node)) as lazy:
+    with probe.probe_for(request.node, lambda: resolver.for_item(request.node), resolver.isolate) as lazy:
         yield lazy

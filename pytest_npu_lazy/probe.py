@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import linecache
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from .blocking import ModuleBlocker
-from .errors import BaselineContaminatedError, BlockError, ProbeUsageError
+from .errors import BaselineContaminatedError, BlockError, NpuLazyWarning, ProbeUsageError
 from .modules import unknown_name_problem
 from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder, matches
 from .schema import DEFAULT_WATCH
@@ -53,6 +54,10 @@ class ProbeState:
     #: where the baseline came from, for error messages: "zygote preload ['torch']"
     baseline_label: str = "the pytest process"
     preload: tuple[str, ...] = ()
+    #: who chose the preload: "marker", "--npu-lazy-preload" or "ini npu_lazy_preload"
+    preload_source: str = "ini npu_lazy_preload"
+    #: why an in-process test is not isolated: "isolate-off", "not-marked" or "pytest-forked"
+    in_process_reason: str | None = None
     phases: list[PhaseSpan] = field(default_factory=list)
     blocker: ModuleBlocker = field(default_factory=ModuleBlocker)
     tracker: CallTracker | None = None
@@ -442,10 +447,24 @@ def _explaining_record(records: list[ImportRecord], pattern: str) -> ImportRecor
     return next((r for r in records if r.name == pattern), records[0])
 
 
+def _preload_fix(state: ProbeState) -> str:
+    """Where to change the preload: the marker when the test's own marker chose it, else the session default."""
+    now = list(state.preload)
+    if state.preload_source == "marker":
+        return (f"remove it (or the module that imports it) from this test's marker: "
+                f"@pytest.mark.npu_lazy(preload={now!r}).")
+    return (f"remove it (or the module that imports it) from {state.preload_source} (now {now!r}), "
+            f"or give this test its own preload: @pytest.mark.npu_lazy(preload=[...]).")
+
+
 def _contamination_message(state: ProbeState, pattern: str, record: ImportRecord) -> str:
     if record.phase == "preload":
-        fix = (f"remove it (or the module that imports it) from the preload baseline: "
-               f"@pytest.mark.npu_lazy(preload=[...]) or ini npu_lazy_preload (now {list(state.preload)}).")
+        fix = _preload_fix(state)
+    elif state.in_process_reason == "isolate-off":
+        fix = ("this run has isolation switched off (--npu-lazy-isolate=off, $PYTEST_NPU_LAZY_ISOLATE or ini "
+               "npu_lazy_isolate), so even a marked test runs in the pytest process, after every conftest and "
+               "test module was imported. Run without it to check deferred loading (keep it off only for "
+               "--pdb and the like).")
     elif record.phase == "pytest" and state.isolation == "in-process":
         fix = ("run the test isolated with @pytest.mark.npu_lazy, so it starts from a zygote forked "
                "before test modules are imported, or move that import into a test or fixture.")
@@ -460,21 +479,40 @@ def _contamination_message(state: ProbeState, pattern: str, record: ImportRecord
             f"can prove nothing about deferred loading. Fix: {fix}")
 
 
-def new_state(nodeid: str, isolation: str, baseline_label: str, preload=(), recorder: ImportRecorder = RECORDER) -> ProbeState:
+def new_state(nodeid: str, isolation: str, baseline_label: str, preload=(), recorder: ImportRecorder = RECORDER,
+              preload_source: str = "ini npu_lazy_preload", in_process_reason: str | None = None) -> ProbeState:
     """State for a test starting now: everything loaded so far is its baseline."""
     if not recorder.installed:
         recorder.install()
     recorder.sweep()
     return ProbeState(recorder=recorder, nodeid=nodeid, baseline_cutoff=recorder._now(),
                       isolation=isolation, baseline_label=baseline_label, preload=tuple(preload),
-                      attempts_before=len(recorder.attempts))
+                      attempts_before=len(recorder.attempts), preload_source=preload_source,
+                      in_process_reason=in_process_reason)
+
+
+_IN_PROCESS_LABELS = {
+    "pytest-forked": "a fork of the pytest process (pytest-forked)",
+    "isolate-off": "the pytest process (isolation switched off)",
+    "not-marked": "the pytest process (test not isolated)",
+}
+
+
+def unmarked_fixture_warning(nodeid: str) -> str:
+    """Why a test that asks for the probe but has no marker should not stay quiet about it."""
+    return (f"{nodeid} uses the npu_lazy fixture but has no @pytest.mark.npu_lazy, so it runs in the pytest "
+            "process: everything plugins, conftests and the collected test modules imported is its baseline, "
+            "and a question about those modules errors instead of answering. Mark it @pytest.mark.npu_lazy "
+            "to run it in a clean child (or run with --npu-lazy-isolate=all).")
 
 
 @contextlib.contextmanager
-def probe_for(node, settings) -> Iterator[NpuLazy]:
+def probe_for(node, settings, isolate: str = "marked") -> Iterator[NpuLazy]:
     """The fixture's object: the isolated child's own state, or one made here for an in-process test.
 
-    ``settings`` resolves the test's marker options; it is only called in-process.
+    ``settings`` resolves the test's marker options; it is only called in-process. ``isolate``
+    is the session's --npu-lazy-isolate: under "marked" an unmarked test using the probe
+    gets a warning, since it most likely forgot the marker.
     """
     state = active_state()
     if state is not None and state.nodeid == node.nodeid:
@@ -482,8 +520,10 @@ def probe_for(node, settings) -> Iterator[NpuLazy]:
         return
     config = node.config
     forked = bool(getattr(config.option, "forked", False)) or node.get_closest_marker("forked")
-    where = "a fork of the pytest process (pytest-forked)" if forked else "the pytest process (test not isolated)"
-    state = new_state(node.nodeid, "in-process", where)
+    reason = "pytest-forked" if forked else "isolate-off" if isolate == "off" else "not-marked"
+    if reason == "not-marked" and isolate == "marked" and node.get_closest_marker("npu_lazy") is None:
+        warnings.warn(NpuLazyWarning(unmarked_fixture_warning(node.nodeid)), stacklevel=1)
+    state = new_state(node.nodeid, "in-process", _IN_PROCESS_LABELS[reason], in_process_reason=reason)
     set_active_state(state)
     try:
         options = settings()

@@ -9,6 +9,7 @@ there is one place that sees every test, and ``-n 2`` writes one file.
 
 from __future__ import annotations
 
+import textwrap
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -279,7 +280,7 @@ class Reporter:
         if shown:
             terminalreporter.write_sep("=", "npu_lazy: phases and watched modules")
             for entry in shown:
-                for text, markup in summary_lines(entry, verbosity):
+                for text, markup in summary_lines(entry, verbosity, terminalreporter._tw.fullwidth):
                     write(text, **markup)
         if self.baseline is not None:
             over = [e for e in self.results.values() if e.budget]
@@ -309,12 +310,15 @@ _MARKUP = {"passed": {"green": True}, "failed": {"red": True}, "error": {"red": 
            "xpassed": {"yellow": True}, "xfailed": {"yellow": True}, "skipped": {"yellow": True}}
 
 
-def summary_lines(entry: dict, verbosity: int = 0) -> list[tuple[str, dict]]:
+def summary_lines(entry: dict, verbosity: int = 0, line_width: int = 120) -> list[tuple[str, dict]]:
     """The terminal summary of one isolated test: a line for it, then its phases.
 
     Verbosity 0: the phases on one line, with each phase's watched first
     loads. ``-v``: a line per phase with module counts and each watched
-    module's import chain. ``-vv``: every module per phase too.
+    module's import chain. ``-vv``: every module per phase too. Chains and
+    module lists are wrapped to ``line_width`` (a phase can load 1,500 modules: one
+    line of them would be 10,000 characters wide); the JSON report
+    (``--npu-lazy-json-modules``) has them as data.
     """
     violation = entry.get("violation") or {}
     over = {p["phase"] for p in entry.get("budget") or []}
@@ -358,8 +362,15 @@ def summary_lines(entry: dict, verbosity: int = 0) -> list[tuple[str, dict]]:
         lines.append((text + mark, {"red": True} if mark else {}))
         for w in phase["watched"]:
             at = f"   [at {w['trigger']}]" if w.get("trigger") else ""
-            lines.append((f"{indent}    {' <- '.join(w['chain'])}{at}", {}))
+            lines += _wrapped(f"{' <- '.join(w['chain'])}{at}", f"{indent}    ", line_width)
         if verbosity > 1 and phase.get("modules"):
-            lines.append((f"{indent}    modules: {', '.join(m['name'] for m in phase['modules'])}", {}))
+            lines += _wrapped(f"modules: {', '.join(m['name'] for m in phase['modules'])}", f"{indent}    ", line_width)
     return lines
+
+
+def _wrapped(text: str, indent: str, width: int) -> list[tuple[str, dict]]:
+    """``text`` in lines of at most ``width`` characters (a longer single word stays whole), continued deeper."""
+    return [(line, {}) for line in textwrap.wrap(text, width=max(width, len(indent) + 40), initial_indent=indent,
+                                                 subsequent_indent=indent + "  ", break_long_words=False,
+                                                 break_on_hyphens=False)]
 

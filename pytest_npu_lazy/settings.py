@@ -69,10 +69,12 @@ class TestSettings:
     timeout: float | None
     block: tuple[str, ...] = ()
     track: tuple[str, ...] = ()
+    #: where the preload came from, for the guard's advice: "marker", "--npu-lazy-preload" or "ini npu_lazy_preload"
+    preload_source: str = "ini npu_lazy_preload"
 
     def to_dict(self) -> dict:
         return {"isolation": self.isolation, "baseline": self.baseline.to_dict(), "timeout": self.timeout,
-                "block": list(self.block), "track": list(self.track)}
+                "block": list(self.block), "track": list(self.track), "preload_source": self.preload_source}
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -92,6 +94,14 @@ def add_options(parser: pytest.Parser) -> None:
                     help="fail the run unless a real NPU device is usable (never test on the stub by accident)")
     for name, (help_text, kind, default) in INI.items():
         parser.addini(name, help_text, type=kind, default=default)
+
+
+def _ini_bool(config: pytest.Config, name: str) -> bool:
+    """pytest's own boolean ini reading, with an error that names the key (pytest's names only the value)."""
+    try:
+        return bool(config.getini(name))
+    except (ValueError, pytest.UsageError) as exc:  # pytest 9 turns the ValueError into a UsageError
+        raise pytest.UsageError(f"ini {name}: {exc}; use true or false (also yes/no, on/off, 1/0).") from None
 
 
 def cann_mode(early_config: pytest.Config) -> str:
@@ -120,7 +130,8 @@ class Resolver:
         else:
             preload = tuple(config.getini("npu_lazy_preload"))
         _check_module_names("npu_lazy_preload", preload)
-        self.default_baseline = Baseline(preload, bool(config.getini("npu_lazy_autoload")))
+        self.preload_source = "--npu-lazy-preload" if cli_preload is not None else "ini npu_lazy_preload"
+        self.default_baseline = Baseline(preload, _ini_bool(config, "npu_lazy_autoload"))
         self.timeout = self._timeout()
 
     def _choice(self, key: str, choices: tuple[str, ...]) -> str:
@@ -177,6 +188,7 @@ class Resolver:
             timeout=timeout,
             block=block,
             track=tuple(options.get("track", ())),
+            preload_source="marker" if "preload" in options else self.preload_source,
         )
 
 
@@ -187,7 +199,7 @@ def marker_options(item: pytest.Item) -> dict[str, Any]:
         if marker.args:
             raise MarkerError(
                 f"npu_lazy marker takes keyword options only, got positional {marker.args!r}; "
-                f"write e.g. @pytest.mark.npu_lazy(preload={list(marker.args)!r}).")
+                f"write e.g. @pytest.mark.npu_lazy(preload={_preload_guess(marker.args)!r}).")
         for key, value in marker.kwargs.items():
             if key not in MARKER_OPTIONS:
                 close = difflib.get_close_matches(key, MARKER_OPTIONS, n=1)
@@ -196,6 +208,13 @@ def marker_options(item: pytest.Item) -> dict[str, Any]:
                                   f"Valid options: {', '.join(MARKER_OPTIONS)}.")
             merged.setdefault(key, _validated(key, value))
     return merged
+
+
+def _preload_guess(args: tuple) -> list:
+    """What positional arguments most likely meant as a preload list: ``("torch",)`` or ``(["torch"],)``."""
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        return list(args[0])
+    return list(args)
 
 
 def _validated(key: str, value: Any) -> Any:

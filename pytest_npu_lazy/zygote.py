@@ -29,6 +29,7 @@ from typing import Callable
 
 from .child import serve_child
 from .errors import NpuLazyWarning, ZygoteError
+from .logs import existing_loggers, quiet_preload_loggers
 from .processes import ChildWatcher, die_with_parent, kill_group
 from .protocol import Channel, ChannelClosed, Message, describe_status
 from .recorder import RECORDER
@@ -107,8 +108,10 @@ def serve_zygote(channel: Channel, session, baseline: Baseline) -> None:
     _become_server(signal.SIGKILL)
     os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "1" if baseline.autoload else "0"
     RECORDER.set_phase("preload")
+    loggers = existing_loggers()
     with _captured_output() as output:
         error = import_preload(baseline)
+    quiet_preload_loggers(session.config, loggers)
     RECORDER.sweep()
     gc.collect()
     if hasattr(gc, "freeze"):
