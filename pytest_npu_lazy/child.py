@@ -156,6 +156,7 @@ class TestRun:
         self.state = probe.new_state(nodeid, isolation, settings.baseline.label, settings.baseline.preload,
                                      preload_source=settings.preload_source)
         self.state.watch = tuple(self.config.getini("npu_lazy_watch"))
+        self.state.listener = lambda phase: self.channel.send("phase", **phase)  # a crash still shows them
         probe.set_active_state(self.state)
         relay.state = self.state
         self.item: pytest.Item | None = None

@@ -65,6 +65,11 @@ class ProbeState:
     attempts_before: int = 0
     #: modules whose loading a failing phase explains (ini npu_lazy_watch)
     watch: tuple[str, ...] = DEFAULT_WATCH
+    #: (from, to) spans a spare child waited for its turn: no phase, and cut out of the time line
+    idle: list[tuple[float, float]] = field(default_factory=list)
+    _idle_since: float | None = None
+    #: told of every phase as it starts and ends (a child streams them home, so a crash still shows them)
+    listener: Callable[[dict], None] | None = None
 
     def __post_init__(self) -> None:
         if self.tracker is None:
@@ -85,6 +90,7 @@ class ProbeState:
         if span is None:
             span = PhaseSpan(name, now, parent=previous)
             self.phases.append(span)
+            self._notify(span)
         else:
             span.entries += 1
         try:
@@ -95,6 +101,7 @@ class ProbeState:
         finally:
             self.recorder.set_phase(previous)
             span.ended = self.recorder._now()
+            self._notify(span)
 
     def _explain_failure(self, phase: str, exc: BaseException) -> None:
         """A phase that raised (a wrapper that cannot be created...) says which watched modules it loaded."""
@@ -110,16 +117,36 @@ class ProbeState:
 
     def runner_phase(self, name: str) -> None:
         """Switch to a runner phase (setup, test, teardown), closing the previous one."""
-        now = self.end_runner_phase()
+        now = self.recorder._now()
+        if self._idle_since is not None:
+            self.idle.append((self._idle_since, now))
+            self._idle_since = None
+        self._close_runner_phase(now)
         self.recorder.set_phase(name)
         self.phases.append(PhaseSpan(name, now))
+        self._notify(self.phases[-1])
 
     def end_runner_phase(self) -> float:
-        """Close the open runner phase now: a spare child that collected its test waits, and waiting is no phase."""
+        """Close the open runner phase now: a spare child that collected its test waits for its turn, and
+        waiting is no phase and no part of the test's time (reports would count the previous test twice)."""
         now = self.recorder._now()
+        self._close_runner_phase(now)
+        self._idle_since = now
+        return now
+
+    def _close_runner_phase(self, now: float) -> None:
         if self.phases and self.phases[-1].ended is None and self.phases[-1].name in RUNNER_PHASES:
             self.phases[-1].ended = now
-        return now
+            self._notify(self.phases[-1])
+
+    def offset(self, instant: float) -> float:
+        """Seconds from the test's start to ``instant``, not counting the waits before it."""
+        return instant - self.baseline_cutoff - sum(end - start for start, end in self.idle if end <= instant)
+
+    def _notify(self, span: PhaseSpan) -> None:
+        if self.listener is not None:
+            self.listener({"name": span.name, "parent": span.parent, "start": self.offset(span.started),
+                           "duration": None if span.ended is None else span.duration})
 
     def finish(self) -> None:
         now = self.recorder._now()
@@ -139,17 +166,16 @@ class ProbeState:
         chain. Chains are kept for watched modules only, to stay small.
         """
         watch = self.watch
-        t0 = self.baseline_cutoff
         by_phase: dict[str, list[ImportRecord]] = {}
         records = self.recorder.records
         ours = [r for r in self.recorder.attempts[self.attempts_before:]  # this test's, in load order
                 if r.status in ("loaded", "untracked") and records.get(r.name) is r]
         for record in sorted(ours, key=lambda r: r.started):
             by_phase.setdefault(record.phase, []).append(record)
-        spans = [(span.name, span.parent, span.started - t0, span.duration) for span in self.phases]
+        spans = [(span.name, span.parent, self.offset(span.started), span.duration) for span in self.phases]
         named = {span.name for span in self.phases}
         # loads between the test's start and its first runner phase keep the phase they happened in
-        spans[:0] = [(name, None, records[0].started - t0, 0.0)
+        spans[:0] = [(name, None, self.offset(records[0].started), 0.0)
                      for name, records in by_phase.items() if name not in named]
 
         def watched(records: list[ImportRecord]) -> list[dict]:
@@ -175,7 +201,7 @@ class ProbeState:
             "phases": [
                 {"name": name, "parent": parent, "start": start, "duration": duration,
                  "module_count": len(by_phase.get(name, [])),
-                 "modules": [_module_entry(r, t0) for r in by_phase.get(name, [])],
+                 "modules": [_module_entry(r, self.offset(r.started)) for r in by_phase.get(name, [])],
                  "watched": watched(by_phase.get(name, []))}
                 for name, parent, start, duration in spans
             ],
@@ -203,9 +229,9 @@ class ProbeState:
         return text + "\n" + format_chain(self.recorder, name)
 
 
-def _module_entry(record: ImportRecord, t0: float) -> dict:
+def _module_entry(record: ImportRecord, start: float) -> dict:
     """A module in a summary; one that no other load caused keeps the code that asked for it."""
-    entry = {"name": record.name, "parent": record.parent, "start": record.started - t0,
+    entry = {"name": record.name, "parent": record.parent, "start": start,
              "duration": record.duration, "untracked": record.status == "untracked"}
     if record.parent is None and record.trigger is not None:
         entry["trigger"] = f"{record.trigger.module} ({record.trigger})"

@@ -14,7 +14,8 @@ zygote -> pytest        ``ready`` {pid, error, warnings}, ``child_forked`` {pid}
                         ``fork_refused`` {reason}, ``child_exited`` {pid, status}
 pytest -> child         ``run`` {nodeid, settings}
 child -> pytest         ``files`` {names} +n fds, ``report`` {data}, ``warning`` {...},
-                        ``interrupted`` {exception, message, returncode}, ``finished`` {}
+                        ``phase`` {name, parent, start, duration} as each phase starts (duration
+                        null) and ends, ``interrupted`` {exception, message, returncode}, ``finished`` {}
 """
 
 from __future__ import annotations

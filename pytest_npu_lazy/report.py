@@ -98,6 +98,13 @@ class Result:
                             summary=self.summary, with_modules=with_modules)
 
 
+def _modules(phase: dict) -> str:
+    """'12 modules', or why the count is unknown (the child died before it could report it)."""
+    if phase.get("module_count") is None:
+        return "modules unknown: the child died" if phase.get("unfinished") else "modules unknown"
+    return f"{phase['module_count']} modules"
+
+
 def _failure_message(report: pytest.TestReport) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else report.longreprtext
@@ -117,8 +124,7 @@ def junit_properties(result: Result) -> list[tuple[str, str]]:
     phases = summary.get("phases", [])
     props = [
         ("npu_lazy.isolation", str(summary.get("isolation"))),
-        ("npu_lazy.phases", ", ".join(f"{p['name']} {p['duration']:.3f}s ({p['module_count']} modules)"
-                                      for p in phases)),
+        ("npu_lazy.phases", ", ".join(f"{p['name']} {p['duration']:.3f}s ({_modules(p)})" for p in phases)),
     ]
     first: dict[str, tuple[str, dict]] = {}
     for phase in phases:
@@ -178,7 +184,7 @@ class Reporter:
         summary = getattr(report, "npu_lazy", None)
         if report.when == "teardown" and isinstance(summary, dict):
             result.summary = summary
-            if self.baseline is not None:
+            if self.baseline is not None and not summary.get("incomplete"):  # a dead child's modules are unknown
                 self._judge_budget(report, result)
         result.add(report)
         if report.when == "teardown" and isinstance(summary, dict):
@@ -342,7 +348,7 @@ def summary_lines(entry: dict, verbosity: int = 0, line_width: int = 120) -> lis
     if verbosity <= 0:
         parts = []
         for phase in entry["phases"]:
-            part = f"{phase['name']} {phase['duration']:.3f}s"
+            part = f"{phase['name']} {phase['duration']:.3f}s" + (" (died here)" if phase.get("unfinished") else "")
             if phase["module_count"]:
                 part += f" +{phase['module_count']}"
             if phase["watched"]:
@@ -355,7 +361,7 @@ def summary_lines(entry: dict, verbosity: int = 0, line_width: int = 120) -> lis
         depth[phase["name"]] = depth.get(phase.get("parent"), -1) + 1 if phase.get("parent") in depth else 0
         indent = "    " + "  " * depth[phase["name"]]
         width = max(16 - 2 * depth[phase["name"]], len(phase["name"]))
-        text = f"{indent}{phase['name']:<{width}} {phase['duration']:8.3f} s {phase['module_count']:6d} modules"
+        text = f"{indent}{phase['name']:<{width}} {phase['duration']:8.3f} s {_modules(phase):>14}"
         if phase["watched"]:
             text += f"   {watched(phase)}"
         mark = marks(phase)

@@ -80,6 +80,7 @@ def phase_entry(phase: dict, with_modules: bool) -> dict:
         "duration": phase["duration"],
         "module_count": phase.get("module_count", len(phase.get("modules", []))),
         "watched": phase.get("watched", []),
+        "unfinished": bool(phase.get("unfinished", False)),
     }
     if with_modules:
         entry["modules"] = phase.get("modules", [])
