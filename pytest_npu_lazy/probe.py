@@ -16,6 +16,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+from . import inductor_cache
 from .blocking import ModuleBlocker
 from .errors import BaselineContaminatedError, BlockError, NpuLazyWarning, ProbeUsageError
 from .modules import unknown_name_problem
@@ -70,6 +71,8 @@ class ProbeState:
     _idle_since: float | None = None
     #: told of every phase as it starts and ends (a child streams them home, so a crash still shows them)
     listener: Callable[[dict], None] | None = None
+    #: Inductor's cache counters when the test started: cold and warm runs load different modules
+    cache_counters: dict[str, int] = field(default_factory=inductor_cache.snapshot)
 
     def __post_init__(self) -> None:
         if self.tracker is None:
@@ -198,6 +201,7 @@ class ProbeState:
             "preload": list(self.preload),
             "blocked": list(self.blocker.blocked),
             "watch": list(watch),
+            "inductor_cache": inductor_cache.state(self.cache_counters, inductor_cache.snapshot()),
             "phases": [
                 {"name": name, "parent": parent, "start": start, "duration": duration,
                  "module_count": len(by_phase.get(name, [])),

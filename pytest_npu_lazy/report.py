@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import textwrap
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,8 @@ class Result:
     violation: dict | None = None
     summary: dict | None = None
     budget: list[dict] | None = None
+    #: why the budget gate did not judge this test (a cold cache against a warm baseline...)
+    not_judged: str | None = None
     worker: str | None = None
 
     def add(self, report: pytest.TestReport) -> None:
@@ -94,7 +97,8 @@ class Result:
 
     def entry(self, with_modules: bool) -> dict:
         return result_entry(self.nodeid, self.outcome, self.duration, message=self.message,
-                            violation=self.violation, budget=self.budget, worker=self.worker,
+                            violation=self.violation, budget=self.budget, not_judged=self.not_judged,
+                            worker=self.worker,
                             summary=self.summary, with_modules=with_modules)
 
 
@@ -184,7 +188,7 @@ class Reporter:
         summary = getattr(report, "npu_lazy", None)
         if report.when == "teardown" and isinstance(summary, dict):
             result.summary = summary
-            if self.baseline is not None and not summary.get("incomplete"):  # a dead child's modules are unknown
+            if self.baseline is not None:
                 self._judge_budget(report, result)
         result.add(report)
         if report.when == "teardown" and isinstance(summary, dict):
@@ -193,6 +197,12 @@ class Reporter:
     def _judge_budget(self, report: pytest.TestReport, result: Result) -> None:
         entry = self.baseline["tests"].get(report.nodeid)
         if entry is None:
+            return
+        if result.summary.get("incomplete"):
+            result.not_judged = "the child died before it could report what it loaded"
+            return
+        result.not_judged = budget.not_comparable(entry, result.summary)
+        if result.not_judged:
             return
         problems = budget.check(entry, result.summary, result.summary.get("watch", self.watch), self.growth)
         if not problems:
@@ -292,16 +302,23 @@ class Reporter:
             over = [e for e in self.results.values() if e.budget]
             terminalreporter.write_sep("=", "npu_lazy import budget", red=bool(over), green=not over)
             isolated = [r for r in self.results.values() if r.summary is not None]
-            judged = sum(1 for r in isolated if r.nodeid in self.baseline["tests"])
+            known = [r for r in isolated if r.nodeid in self.baseline["tests"]]
+            judged = sum(1 for r in known if r.not_judged is None)
             if over:
                 for result in over:
                     write(f"OVER BUDGET {result.nodeid}: {budget.short(result.budget)}", red=True)
             else:
                 write(f"{judged} isolated test(s) within the budget of {self.baseline_path} "
                       f"(growth allowed: {self.growth:.0%})", green=True)
-            unknown = len(isolated) - judged
+            unknown = len(isolated) - len(known)
             if unknown:
                 write(f"{unknown} isolated test(s) not in the baseline, not judged")
+            for reason, count in Counter(r.not_judged for r in known if r.not_judged).items():
+                write(f"{count} isolated test(s) not judged, not comparable with the baseline: {reason}", yellow=True)
+            if any("Inductor cache" in r.not_judged for r in known if r.not_judged):
+                write("  (a cold Inductor cache compiles through more modules than a warm one; to gate every run, "
+                      "record the baseline and check in the same state, e.g. each with a fresh "
+                      "TORCHINDUCTOR_CACHE_DIR, or after a warm-up run)")
         for line in self.written:
             write(f"npu_lazy: wrote the {line}")
         for line in self.write_errors:
