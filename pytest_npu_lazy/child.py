@@ -23,7 +23,7 @@ import pytest
 from . import probe
 from .errors import NpuLazyError
 from .logs import existing_loggers, quiet_preload_loggers
-from .processes import die_with_parent, kill_group
+from .processes import die_with_parent, kill_group, set_title
 from .protocol import Channel, ChannelClosed
 from .recorder import RECORDER
 from .settings import Baseline, TestSettings
@@ -157,6 +157,7 @@ class TestRun:
                                      preload_source=settings.preload_source)
         self.state.watch = tuple(self.config.getini("npu_lazy_watch"))
         self.state.listener = lambda phase: self.channel.send("phase", **phase)  # a crash still shows them
+        set_title("child", nodeid)
         probe.set_active_state(self.state)
         relay.state = self.state
         self.item: pytest.Item | None = None
@@ -241,6 +242,7 @@ def serve_child(channel: Channel, session: pytest.Session, baseline: Baseline, i
     the protocol at once.
     """
     _reset_signals()
+    set_title("child", "spare, waiting for its test")
     RECORDER.reset_after_fork()
     relay = become_test_process(channel, session.config)
     try:

@@ -72,6 +72,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_STATE_KEY] = _PluginState(config)
         return
     state = config.stash[_STATE_KEY] = _PluginState(config)
+    if hasattr(config, "workerinput"):
+        _end_with_controller()
     from .environment import NpuGate
 
     gate = NpuGate(config.stash[_CANN_KEY])
@@ -88,6 +90,23 @@ def pytest_configure(config: pytest.Config) -> None:
     launchers = {"fork": state.pool, "spawn": SpawnLauncher(config)}
     config.pluginmanager.register(IsolationController(config, state.resolver, launchers), "npu_lazy_controller")
     config.add_cleanup(state.pool.shutdown)
+
+
+def _end_with_controller() -> None:
+    """An xdist worker ends (SIGTERM, taking its zygotes along) the moment its controller dies.
+
+    Left alone, a worker whose controller was killed (SIGTERM from CI, a
+    timeout) finishes its test and then fails to send the results in
+    xdist's session-finish hook wrapper: a PluggyTeardownRaisedWarning and an
+    OSError per worker after the run already ended.
+    """
+    import signal
+
+    from .processes import die_with_parent
+
+    die_with_parent(signal.SIGTERM)
+    if os.getppid() == 1:  # the controller was already gone
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
