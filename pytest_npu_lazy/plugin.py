@@ -37,9 +37,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    """Before any conftest runs: record imports, and make torch_npu importable (real CANN or stub)."""
+    """Before any conftest runs: record imports, refuse a torch torch_npu cannot use, make torch_npu importable."""
     RECORDER.install(phase="pytest")
+    _refuse_cuda_torch()
     _activate_cann(early_config)
+
+
+def _refuse_cuda_torch() -> None:
+    """A CUDA torch beside torch_npu aborts the first ``import torch`` with a message that hides the cause."""
+    import sys
+
+    from .torch_build import problem
+
+    text = problem(python=sys.executable)
+    if text is not None:
+        raise pytest.UsageError(f"pytest-npu-lazy: {text}")
 
 
 def _activate_cann(config: pytest.Config) -> None:
@@ -56,6 +68,8 @@ def _activate_cann(config: pytest.Config) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     RECORDER.install(phase="pytest")  # when loaded after conftests (pytester, -p in an ini file)
+    if _CANN_KEY not in config.stash:
+        _refuse_cuda_torch()
     _activate_cann(config)
     from .report import Reporter
 
