@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from .cann import ENV_CACHE, ENV_TRACE
 from .errors import MarkerError
 
 ISOLATE_CHOICES = ("marked", "all", "off")
@@ -80,16 +81,20 @@ class TestSettings:
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("npu_lazy", "deferred-loading checks (pytest-npu-lazy)")
     group.addoption("--npu-lazy-isolate", choices=ISOLATE_CHOICES, default=None,
-                    help="which tests run isolated: marked (default), all, or off (run in-process, e.g. for --pdb)")
+                    help="which tests run isolated: marked (default), all, or off (run in-process, e.g. for "
+                         f"--pdb); env {ENV['isolate']}")
     group.addoption("--npu-lazy-isolation", choices=ISOLATION_MODES, default=None,
-                    help="default isolation mode: fork (zygote, default) or spawn (fresh interpreter per test)")
+                    help="default isolation mode: fork (zygote, default) or spawn (fresh interpreter per test); "
+                         f"env {ENV['isolation']}")
     group.addoption("--npu-lazy-preload", default=None, metavar="MODULES",
                     help="comma-separated modules the zygote imports (overrides ini npu_lazy_preload; '' for none)")
     group.addoption("--npu-lazy-timeout", type=float, default=None, metavar="SECONDS",
-                    help="kill an isolated test after this many seconds (0: no limit)")
+                    help=f"kill an isolated test after this many seconds (0: no limit); env {ENV['timeout']}")
     group.addoption("--npu-lazy-cann", choices=CANN_MODES, default=None,
                     help="CANN for torch_npu: auto (default: real CANN if it loads, else the host stub "
-                         "when torch_npu is installed), real, stub, or off")
+                         f"when torch_npu is installed), real, stub, or off; env {ENV['cann']}. The stub is "
+                         f"built in {ENV_CACHE} (default ~/.cache/pytest-npu-lazy); {ENV_TRACE}=1 "
+                         "makes it log each call to stderr")
     group.addoption("--npu-lazy-require-npu", action="store_true", default=False,
                     help="fail the run unless a real NPU device is usable (never test on the stub by accident)")
     for name, (help_text, kind, default) in INI.items():
