@@ -338,10 +338,10 @@ def summary_lines(entry: dict, verbosity: int = 0, line_width: int = 120) -> lis
 
     Verbosity 0: the phases on one line, with each phase's watched first
     loads. ``-v``: a line per phase with module counts and each watched
-    module's import chain. ``-vv``: every module per phase too. Chains and
-    module lists are wrapped to ``line_width`` (a phase can load 1,500 modules: one
-    line of them would be 10,000 characters wide); the JSON report
-    (``--npu-lazy-json-modules``) has them as data.
+    module's import chain. ``-vv``: every module per phase too, wrapped to
+    ``line_width`` (a phase can load 1,500 modules: one line of them would be
+    10,000 characters wide); the JSON report (``--npu-lazy-json-modules``) has
+    them as data.
     """
     violation = entry.get("violation") or {}
     over = {p["phase"] for p in entry.get("budget") or []}
@@ -385,7 +385,7 @@ def summary_lines(entry: dict, verbosity: int = 0, line_width: int = 120) -> lis
         lines.append((text + mark, {"red": True} if mark else {}))
         for w in phase["watched"]:
             at = f"   [at {w['trigger']}]" if w.get("trigger") else ""
-            lines += _wrapped(f"{' <- '.join(w['chain'])}{at}", f"{indent}    ", line_width)
+            lines.append((f"{indent}    {' <- '.join(w['chain'])}{at}", {}))  # one chain, one line: grep finds it
         if verbosity > 1 and phase.get("modules"):
             lines += _wrapped(f"modules: {', '.join(m['name'] for m in phase['modules'])}", f"{indent}    ", line_width)
     return lines
