@@ -6,13 +6,16 @@ the modules first loaded there and their count. A later run
 report arrives, and a test over budget gets a failed teardown report
 (``ERROR at teardown``): the run exits non-zero, the terminal, JUnit XML
 and xdist name the test, and the text lists the new modules with their
-import chains. Tests and phases the baseline does not know are not judged.
+import chains. Tests and phases the baseline does not know are not judged,
+nor tests whose Inductor cache was cold where the baseline's was warm (or
+the other way round): like is compared with like (:mod:`.inductor_cache`).
 """
 
 from __future__ import annotations
 
 from typing import Iterable
 
+from . import inductor_cache
 from .recorder import matches
 from .schema import BASELINE_SCHEMA, BASELINE_SCHEMA_VERSION
 
@@ -34,12 +37,17 @@ def parse_growth(text: str) -> float:
 
 
 def baseline_entry(summary: dict) -> dict:
-    """A test's phases as the baseline keeps them: module count and sorted names."""
-    return {"phases": {
+    """A test's phases as the baseline keeps them: module count and sorted names, and the Inductor cache state."""
+    return {"inductor_cache": summary.get("inductor_cache"), "phases": {
         phase["name"]: {"count": phase.get("module_count", len(phase["modules"])),
                         "modules": sorted(m["name"] for m in phase["modules"])}
         for phase in summary.get("phases", [])
     }}
+
+
+def not_comparable(baseline: dict, summary: dict) -> str | None:
+    """Why this test's run cannot be judged against its baseline entry (cold against warm cache), or None."""
+    return inductor_cache.not_comparable(baseline.get("inductor_cache", ...), summary.get("inductor_cache"))
 
 
 def baseline_document(environment: dict, watch: Iterable[str], summaries: dict[str, dict]) -> dict:

@@ -24,6 +24,8 @@ from . import probe
 from .errors import NpuLazyError
 from .inherit import adopt_basetemp, private_capture, reset_signals, save_coverage
 from .outputs import ChildOutputs
+from .logs import existing_loggers, quiet_preload_loggers
+from .processes import set_title
 from .protocol import Channel, ChannelClosed
 from .recorder import RECORDER
 from .settings import Baseline, TestSettings
@@ -37,7 +39,7 @@ def settings_from_payload(payload: dict) -> TestSettings:
     return TestSettings(isolated=True, isolation=payload["isolation"],
                         baseline=Baseline.from_dict(payload["baseline"]),
                         timeout=payload["timeout"], block=tuple(payload["block"]),
-                        track=tuple(payload["track"]))
+                        track=tuple(payload["track"]), preload_source=payload["preload_source"])
 
 
 class ChildRelay:
@@ -133,8 +135,11 @@ class TestRun:
         self.target = target
         self.nodeid = nodeid = target.nodeid
         adopt_basetemp(self.config, target.basetemp)
-        self.state = probe.new_state(nodeid, isolation, settings.baseline.label, settings.baseline.preload)
+        self.state = probe.new_state(nodeid, isolation, settings.baseline.label, settings.baseline.preload,
+                                     preload_source=settings.preload_source)
         self.state.watch = tuple(self.config.getini("npu_lazy_watch"))
+        self.state.listener = lambda phase: self.channel.send("phase", **phase)  # a crash still shows them
+        set_title("child", nodeid)
         probe.set_active_state(self.state)
         relay.state = self.state
         self.item: pytest.Item | None = None
@@ -224,6 +229,7 @@ def serve_child(channel: Channel, session: pytest.Session, baseline: Baseline, i
     the protocol at once.
     """
     reset_signals()
+    set_title("child", "spare, waiting for its test")
     RECORDER.reset_after_fork()
     relay = become_test_process(channel, session.config)
     try:
@@ -272,6 +278,7 @@ class SpawnedSession:
         message = self.channel.recv()
         settings = settings_from_payload(message.payload["settings"])
         RECORDER.set_phase("preload")
+        loggers = existing_loggers()
         failure = None
         for module in settings.baseline.preload:
             try:
@@ -279,6 +286,7 @@ class SpawnedSession:
             except BaseException:
                 failure = f"importing preload module {module!r} failed:\n{traceback.format_exc()}"
                 break
+        quiet_preload_loggers(self.config, loggers)
         target = Target.from_dict(message.payload["target"])
         self.run = TestRun(become_test_process(self.channel, self.config), settings, target, "spawn")
         if failure is not None:

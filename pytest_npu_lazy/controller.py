@@ -21,6 +21,7 @@ from _pytest.reports import TestReport
 from .errors import MarkerError, NpuLazyError
 from .outputs import add_junit_extras, show_terminal_text
 from .processes import kill_group
+from .progress import RUNNER_PHASE_OF, PhaseProgress
 from .protocol import Channel, ChannelClosed, describe_status, report_from_data
 from .settings import Resolver, TestSettings
 from .target import order
@@ -130,6 +131,7 @@ class ChildRun:
         self.settings = settings
         self.launcher = launcher
         self.phases_reported: dict[str, str] = {}
+        self.progress = PhaseProgress()
         self.files: dict[str, int] = {}
         self.child: Child | None = None
         self.internal_error: str | None = None  # a traceback of pytest-npu-lazy's own code in the child
@@ -171,6 +173,8 @@ class ChildRun:
             kind, payload = message.kind, message.payload
             if kind == "report":
                 self._log(report_from_data(self.config, payload["data"]))
+            elif kind == "phase":
+                self.progress.update(payload)
             elif kind == "warning":
                 self._warn(payload)
             elif kind == "terminal":
@@ -213,7 +217,7 @@ class ChildRun:
             return
         lost = self.child.lost_parent()
         if lost:
-            self._finish_with(f"ERROR: {lost}", error=True)
+            self._finish_with(lost, error=True)  # shown as ERROR already: no prefix
             return
         if status is not None and os.WIFEXITED(status):
             text = f"CRASHED: the isolated child (pid {self.child.pid}) ended with {how} before it finished reporting"
@@ -264,7 +268,14 @@ class ChildRun:
             # every report is in; what broke came after them, so it becomes a warning
             self._warn_text(f"{self.item.nodeid}: {text}")
             return
-        for report in synthesized(self.item, when, text, error=error, sections=sections):
+        reports = synthesized(self.item, when, text, error=error, sections=sections)
+        reports[0].duration = self.progress.elapsed(RUNNER_PHASE_OF[when])
+        if self.progress.phases:  # how far it got, for the summary, JSON and HTML
+            reports[-1].npu_lazy = self.progress.summary({  # type: ignore[attr-defined]
+                "isolation": self.settings.isolation, "baseline": self.settings.baseline.label,
+                "preload": list(self.settings.baseline.preload), "blocked": list(self.settings.block),
+                "watch": list(self.config.getini("npu_lazy_watch"))})
+        for report in reports:
             self._log(report)
 
     def _warn_text(self, text: str) -> None:

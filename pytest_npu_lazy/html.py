@@ -127,7 +127,7 @@ def _phase(phase: dict, total: float, watch: list[str], violation: dict | None, 
     if bad:
         badges += f'<span class="badge bad">violation: {escape(bad)}</span>'
     row = (f'<span class="name">{escape(phase["name"])}{badges}</span>'
-           f'<span class="num">{_ms(phase["duration"])}</span><span class="num">{phase["module_count"]} mod</span>'
+           f'<span class="num">{_ms(phase["duration"])}</span><span class="num">{"?" if phase["module_count"] is None else phase["module_count"]} mod</span>'
            + _bar(phase.get("start", 0.0), phase["duration"], 0.0, total))
     chains = "".join(f'<div class="chain">{escape(" <- ".join(w["chain"]))}'
                      + (f" &nbsp;[at {escape(w['trigger'])}]" if w.get("trigger") else "") + "</div>"

@@ -37,9 +37,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    """Before any conftest runs: record imports, and make torch_npu importable (real CANN or stub)."""
+    """Before any conftest runs: record imports, refuse a torch torch_npu cannot use, make torch_npu importable."""
     RECORDER.install(phase="pytest")
+    _refuse_cuda_torch()
     _activate_cann(early_config)
+
+
+def _refuse_cuda_torch() -> None:
+    """A CUDA torch beside torch_npu aborts the first ``import torch`` with a message that hides the cause."""
+    import sys
+
+    from .torch_build import problem
+
+    text = problem(python=sys.executable)
+    if text is not None:
+        raise pytest.UsageError(f"pytest-npu-lazy: {text}")
 
 
 def _activate_cann(config: pytest.Config) -> None:
@@ -56,10 +68,16 @@ def _activate_cann(config: pytest.Config) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
     RECORDER.install(phase="pytest")  # when loaded after conftests (pytester, -p in an ini file)
+    if _CANN_KEY not in config.stash:
+        _refuse_cuda_torch()
     _activate_cann(config)
     from .report import Reporter
 
     config.pluginmanager.register(Reporter(config), "npu_lazy_reporter")
+    from .environment import hidden_warnings
+
+    for hidden in hidden_warnings(config.stash[_CANN_KEY]):  # the header says why
+        config.addinivalue_line("filterwarnings", hidden.filter)
     fd = os.environ.pop("PYTEST_NPU_LAZY_CHILD_FD", None)
     if fd is not None:
         from .child import SpawnedSession
@@ -68,6 +86,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_STATE_KEY] = _PluginState(config)
         return
     state = config.stash[_STATE_KEY] = _PluginState(config)
+    if hasattr(config, "workerinput"):
+        _end_with_controller()
     from .environment import NpuGate
 
     gate = NpuGate(config.stash[_CANN_KEY])
@@ -84,6 +104,23 @@ def pytest_configure(config: pytest.Config) -> None:
     launchers = {"fork": state.pool, "spawn": SpawnLauncher(config)}
     config.pluginmanager.register(IsolationController(config, state.resolver, launchers), "npu_lazy_controller")
     config.add_cleanup(state.pool.shutdown)
+
+
+def _end_with_controller() -> None:
+    """An xdist worker ends (SIGTERM, taking its zygotes along) the moment its controller dies.
+
+    Left alone, a worker whose controller was killed (SIGTERM from CI, a
+    timeout) finishes its test and then fails to send the results in
+    xdist's session-finish hook wrapper: a PluggyTeardownRaisedWarning and an
+    OSError per worker after the run already ended.
+    """
+    import signal
+
+    from .processes import die_with_parent
+
+    die_with_parent(signal.SIGTERM)
+    if os.getppid() == 1:  # the controller was already gone
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -168,5 +205,5 @@ def pytest_report_teststatus(report: pytest.TestReport) -> tuple[str, str, str] 
 def npu_lazy(request: pytest.FixtureRequest) -> Iterator[probe.NpuLazy]:
     """Deferred-loading probe: phases, compile-vs-eager, assert_(not_)loaded, ran, block."""
     resolver = request.config.stash[_STATE_KEY].resolver
-    with probe.probe_for(request.node, lambda: resolver.for_item(request.node)) as lazy:
+    with probe.probe_for(request.node, lambda: resolver.for_item(request.node), resolver.isolate) as lazy:
         yield lazy

@@ -12,11 +12,13 @@ from __future__ import annotations
 import contextlib
 import linecache
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+from . import inductor_cache
 from .blocking import ModuleBlocker
-from .errors import BaselineContaminatedError, BlockError, ProbeUsageError
+from .errors import BaselineContaminatedError, BlockError, NpuLazyWarning, ProbeUsageError
 from .modules import unknown_name_problem
 from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder, matches
 from .schema import DEFAULT_WATCH
@@ -53,6 +55,10 @@ class ProbeState:
     #: where the baseline came from, for error messages: "zygote preload ['torch']"
     baseline_label: str = "the pytest process"
     preload: tuple[str, ...] = ()
+    #: who chose the preload: "marker", "--npu-lazy-preload" or "ini npu_lazy_preload"
+    preload_source: str = "ini npu_lazy_preload"
+    #: why an in-process test is not isolated: "isolate-off", "not-marked" or "pytest-forked"
+    in_process_reason: str | None = None
     phases: list[PhaseSpan] = field(default_factory=list)
     blocker: ModuleBlocker = field(default_factory=ModuleBlocker)
     tracker: CallTracker | None = None
@@ -60,6 +66,13 @@ class ProbeState:
     attempts_before: int = 0
     #: modules whose loading a failing phase explains (ini npu_lazy_watch)
     watch: tuple[str, ...] = DEFAULT_WATCH
+    #: (from, to) spans a spare child waited for its turn: no phase, and cut out of the time line
+    idle: list[tuple[float, float]] = field(default_factory=list)
+    _idle_since: float | None = None
+    #: told of every phase as it starts and ends (a child streams them home, so a crash still shows them)
+    listener: Callable[[dict], None] | None = None
+    #: Inductor's cache counters when the test started: cold and warm runs load different modules
+    cache_counters: dict[str, int] = field(default_factory=inductor_cache.snapshot)
 
     def __post_init__(self) -> None:
         if self.tracker is None:
@@ -80,6 +93,7 @@ class ProbeState:
         if span is None:
             span = PhaseSpan(name, now, parent=previous)
             self.phases.append(span)
+            self._notify(span)
         else:
             span.entries += 1
         try:
@@ -90,6 +104,7 @@ class ProbeState:
         finally:
             self.recorder.set_phase(previous)
             span.ended = self.recorder._now()
+            self._notify(span)
 
     def _explain_failure(self, phase: str, exc: BaseException) -> None:
         """A phase that raised (a wrapper that cannot be created...) says which watched modules it loaded."""
@@ -110,16 +125,36 @@ class ProbeState:
 
     def runner_phase(self, name: str) -> None:
         """Switch to a runner phase (setup, test, teardown), closing the previous one."""
-        now = self.end_runner_phase()
+        now = self.recorder._now()
+        if self._idle_since is not None:
+            self.idle.append((self._idle_since, now))
+            self._idle_since = None
+        self._close_runner_phase(now)
         self.recorder.set_phase(name)
         self.phases.append(PhaseSpan(name, now))
+        self._notify(self.phases[-1])
 
     def end_runner_phase(self) -> float:
-        """Close the open runner phase now: a spare child that collected its test waits, and waiting is no phase."""
+        """Close the open runner phase now: a spare child that collected its test waits for its turn, and
+        waiting is no phase and no part of the test's time (reports would count the previous test twice)."""
         now = self.recorder._now()
+        self._close_runner_phase(now)
+        self._idle_since = now
+        return now
+
+    def _close_runner_phase(self, now: float) -> None:
         if self.phases and self.phases[-1].ended is None and self.phases[-1].name in RUNNER_PHASES:
             self.phases[-1].ended = now
-        return now
+            self._notify(self.phases[-1])
+
+    def offset(self, instant: float) -> float:
+        """Seconds from the test's start to ``instant``, not counting the waits before it."""
+        return instant - self.baseline_cutoff - sum(end - start for start, end in self.idle if end <= instant)
+
+    def _notify(self, span: PhaseSpan) -> None:
+        if self.listener is not None:
+            self.listener({"name": span.name, "parent": span.parent, "start": self.offset(span.started),
+                           "duration": None if span.ended is None else span.duration})
 
     def finish(self) -> None:
         now = self.recorder._now()
@@ -139,17 +174,16 @@ class ProbeState:
         chain. Chains are kept for watched modules only, to stay small.
         """
         watch = self.watch
-        t0 = self.baseline_cutoff
         by_phase: dict[str, list[ImportRecord]] = {}
         records = self.recorder.records
         ours = [r for r in self.recorder.attempts[self.attempts_before:]  # this test's, in load order
                 if r.status in ("loaded", "untracked") and records.get(r.name) is r]
         for record in sorted(ours, key=lambda r: r.started):
             by_phase.setdefault(record.phase, []).append(record)
-        spans = [(span.name, span.parent, span.started - t0, span.duration) for span in self.phases]
+        spans = [(span.name, span.parent, self.offset(span.started), span.duration) for span in self.phases]
         named = {span.name for span in self.phases}
         # loads between the test's start and its first runner phase keep the phase they happened in
-        spans[:0] = [(name, None, records[0].started - t0, 0.0)
+        spans[:0] = [(name, None, self.offset(records[0].started), 0.0)
                      for name, records in by_phase.items() if name not in named]
 
         def watched(records: list[ImportRecord]) -> list[dict]:
@@ -172,10 +206,11 @@ class ProbeState:
             "preload": list(self.preload),
             "blocked": list(self.blocker.blocked),
             "watch": list(watch),
+            "inductor_cache": inductor_cache.state(self.cache_counters, inductor_cache.snapshot()),
             "phases": [
                 {"name": name, "parent": parent, "start": start, "duration": duration,
                  "module_count": len(by_phase.get(name, [])),
-                 "modules": [_module_entry(r, t0) for r in by_phase.get(name, [])],
+                 "modules": [_module_entry(r, self.offset(r.started)) for r in by_phase.get(name, [])],
                  "watched": watched(by_phase.get(name, []))}
                 for name, parent, start, duration in spans
             ],
@@ -203,9 +238,9 @@ class ProbeState:
         return text + "\n" + format_chain(self.recorder, name)
 
 
-def _module_entry(record: ImportRecord, t0: float) -> dict:
+def _module_entry(record: ImportRecord, start: float) -> dict:
     """A module in a summary; one that no other load caused keeps the code that asked for it."""
-    entry = {"name": record.name, "parent": record.parent, "start": record.started - t0,
+    entry = {"name": record.name, "parent": record.parent, "start": start,
              "duration": record.duration, "untracked": record.status == "untracked"}
     if record.parent is None and record.trigger is not None:
         entry["trigger"] = f"{record.trigger.module} ({record.trigger})"
@@ -447,10 +482,24 @@ def _explaining_record(records: list[ImportRecord], pattern: str) -> ImportRecor
     return next((r for r in records if r.name == pattern), records[0])
 
 
+def _preload_fix(state: ProbeState) -> str:
+    """Where to change the preload: the marker when the test's own marker chose it, else the session default."""
+    now = list(state.preload)
+    if state.preload_source == "marker":
+        return (f"remove it (or the module that imports it) from this test's marker: "
+                f"@pytest.mark.npu_lazy(preload={now!r}).")
+    return (f"remove it (or the module that imports it) from {state.preload_source} (now {now!r}), "
+            f"or give this test its own preload: @pytest.mark.npu_lazy(preload=[...]).")
+
+
 def _contamination_message(state: ProbeState, pattern: str, record: ImportRecord) -> str:
     if record.phase == "preload":
-        fix = (f"remove it (or the module that imports it) from the preload baseline: "
-               f"@pytest.mark.npu_lazy(preload=[...]) or ini npu_lazy_preload (now {list(state.preload)}).")
+        fix = _preload_fix(state)
+    elif state.in_process_reason == "isolate-off":
+        fix = ("this run has isolation switched off (--npu-lazy-isolate=off, $PYTEST_NPU_LAZY_ISOLATE or ini "
+               "npu_lazy_isolate), so even a marked test runs in the pytest process, after every conftest and "
+               "test module was imported. Run without it to check deferred loading (keep it off only for "
+               "--pdb and the like).")
     elif record.phase == "pytest" and state.isolation == "in-process":
         fix = ("run the test isolated with @pytest.mark.npu_lazy, so it starts from a zygote forked "
                "before test modules are imported, or move that import into a test or fixture.")
@@ -465,21 +514,40 @@ def _contamination_message(state: ProbeState, pattern: str, record: ImportRecord
             f"can prove nothing about deferred loading. Fix: {fix}")
 
 
-def new_state(nodeid: str, isolation: str, baseline_label: str, preload=(), recorder: ImportRecorder = RECORDER) -> ProbeState:
+def new_state(nodeid: str, isolation: str, baseline_label: str, preload=(), recorder: ImportRecorder = RECORDER,
+              preload_source: str = "ini npu_lazy_preload", in_process_reason: str | None = None) -> ProbeState:
     """State for a test starting now: everything loaded so far is its baseline."""
     if not recorder.installed:
         recorder.install()
     recorder.sweep()
     return ProbeState(recorder=recorder, nodeid=nodeid, baseline_cutoff=recorder._now(),
                       isolation=isolation, baseline_label=baseline_label, preload=tuple(preload),
-                      attempts_before=len(recorder.attempts))
+                      attempts_before=len(recorder.attempts), preload_source=preload_source,
+                      in_process_reason=in_process_reason)
+
+
+_IN_PROCESS_LABELS = {
+    "pytest-forked": "a fork of the pytest process (pytest-forked)",
+    "isolate-off": "the pytest process (isolation switched off)",
+    "not-marked": "the pytest process (test not isolated)",
+}
+
+
+def unmarked_fixture_warning(nodeid: str) -> str:
+    """Why a test that asks for the probe but has no marker should not stay quiet about it."""
+    return (f"{nodeid} uses the npu_lazy fixture but has no @pytest.mark.npu_lazy, so it runs in the pytest "
+            "process: everything plugins, conftests and the collected test modules imported is its baseline, "
+            "and a question about those modules errors instead of answering. Mark it @pytest.mark.npu_lazy "
+            "to run it in a clean child (or run with --npu-lazy-isolate=all).")
 
 
 @contextlib.contextmanager
-def probe_for(node, settings) -> Iterator[NpuLazy]:
+def probe_for(node, settings, isolate: str = "marked") -> Iterator[NpuLazy]:
     """The fixture's object: the isolated child's own state, or one made here for an in-process test.
 
-    ``settings`` resolves the test's marker options; it is only called in-process.
+    ``settings`` resolves the test's marker options; it is only called in-process. ``isolate``
+    is the session's --npu-lazy-isolate: under "marked" an unmarked test using the probe
+    gets a warning, since it most likely forgot the marker.
     """
     state = active_state()
     if state is not None and state.nodeid == node.nodeid:
@@ -487,8 +555,10 @@ def probe_for(node, settings) -> Iterator[NpuLazy]:
         return
     config = node.config
     forked = bool(getattr(config.option, "forked", False)) or node.get_closest_marker("forked")
-    where = "a fork of the pytest process (pytest-forked)" if forked else "the pytest process (test not isolated)"
-    state = new_state(node.nodeid, "in-process", where)
+    reason = "pytest-forked" if forked else "isolate-off" if isolate == "off" else "not-marked"
+    if reason == "not-marked" and isolate == "marked" and node.get_closest_marker("npu_lazy") is None:
+        warnings.warn(NpuLazyWarning(unmarked_fixture_warning(node.nodeid)), stacklevel=1)
+    state = new_state(node.nodeid, "in-process", _IN_PROCESS_LABELS[reason], in_process_reason=reason)
     set_active_state(state)
     try:
         options = settings()

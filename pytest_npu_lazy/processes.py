@@ -1,12 +1,16 @@
-"""Process plumbing shared by zygotes and the pytest process: reaping and killing.
+"""Process plumbing shared by zygotes and the pytest process: reaping, killing, and naming.
 
 Every test child leads its own process group, so killing the group also
 ends what the test started (Inductor compile workers, subprocesses): when
 the test times out, and whatever is still running when the test ends.
+
+Zygotes and children are forks of pytest, so ``ps`` would show each as
+another ``python -m pytest``: :func:`set_title` names them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -15,17 +19,56 @@ import sys
 from typing import Iterator
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 
 
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """Ask Linux to send ``sig`` when the parent process exits (no-op elsewhere)."""
+
+@contextlib.contextmanager
+def _titles_within_argv() -> Iterator[None]:
+    """setproctitle may claim the environment's memory for long titles, which empties /proc/PID/environ
+    (where tools, and this project's tests, find processes); SPT_NOENV keeps it to the arguments' space."""
+    had = "SPT_NOENV" in os.environ
+    os.environ["SPT_NOENV"] = "1"
+    try:
+        yield
+    finally:
+        if not had:
+            del os.environ["SPT_NOENV"]
+
+
+with _titles_within_argv():
+    try:  # optional: rewrites the command line that ps shows; without it only the short name changes
+        import setproctitle as _setproctitle
+    except ImportError:  # pragma: no cover - depends on the environment
+        _setproctitle = None
+
+
+def _prctl(option: int, value) -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        libc.prctl(option, value, 0, 0, 0)
     except OSError:  # pragma: no cover - libc without prctl
         pass
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send ``sig`` when the parent process exits (no-op elsewhere)."""
+    _prctl(_PR_SET_PDEATHSIG, int(sig))
+
+
+def set_title(kind: str, detail: str) -> None:
+    """Name this process ``pytest-npu-lazy <kind>: <detail>`` in ps, and ``npu-lazy <kind>`` in top and ps -e.
+
+    The command line needs setproctitle (an optional dependency) and is cut
+    to the length of the original arguments; the short name (15 bytes, prctl
+    PR_SET_NAME) works without it.
+    """
+    if _setproctitle is not None:
+        with _titles_within_argv():
+            _setproctitle.setproctitle(f"pytest-npu-lazy {kind}: {detail}")
+    _prctl(_PR_SET_NAME, ctypes.create_string_buffer(f"npu-lazy {kind}".encode()[:15]))
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:

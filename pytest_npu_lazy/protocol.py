@@ -16,7 +16,8 @@ pytest -> child         ``prepare`` and ``run`` {nodeid, settings, target} (see 
 child -> pytest         ``files`` {names} +n fds, ``report`` {data}, ``warning`` {...},
                         ``terminal`` {text}, ``junit`` {attributes, suite_properties},
                         ``not_run`` {text, error}, ``internal_error`` {text},
-                        ``interrupted`` {exception, message, returncode}, ``finished`` {}
+                        ``phase`` {name, parent, start, duration} as each phase starts (duration
+                        null) and ends, ``interrupted`` {exception, message, returncode}, ``finished`` {}
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ there is one place that sees every test, and ``-n 2`` writes one file.
 
 from __future__ import annotations
 
+import textwrap
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +60,8 @@ class Result:
     violation: dict | None = None
     summary: dict | None = None
     budget: list[dict] | None = None
+    #: why the budget gate did not judge this test (a cold cache against a warm baseline...)
+    not_judged: str | None = None
     worker: str | None = None
 
     def add(self, report: pytest.TestReport) -> None:
@@ -93,8 +97,16 @@ class Result:
 
     def entry(self, with_modules: bool) -> dict:
         return result_entry(self.nodeid, self.outcome, self.duration, message=self.message,
-                            violation=self.violation, budget=self.budget, worker=self.worker,
+                            violation=self.violation, budget=self.budget, not_judged=self.not_judged,
+                            worker=self.worker,
                             summary=self.summary, with_modules=with_modules)
+
+
+def _modules(phase: dict) -> str:
+    """'12 modules', or why the count is unknown (the child died before it could report it)."""
+    if phase.get("module_count") is None:
+        return "modules unknown: the child died" if phase.get("unfinished") else "modules unknown"
+    return f"{phase['module_count']} modules"
 
 
 def _failure_message(report: pytest.TestReport) -> str:
@@ -116,8 +128,7 @@ def junit_properties(result: Result) -> list[tuple[str, str]]:
     phases = summary.get("phases", [])
     props = [
         ("npu_lazy.isolation", str(summary.get("isolation"))),
-        ("npu_lazy.phases", ", ".join(f"{p['name']} {p['duration']:.3f}s ({p['module_count']} modules)"
-                                      for p in phases)),
+        ("npu_lazy.phases", ", ".join(f"{p['name']} {p['duration']:.3f}s ({_modules(p)})" for p in phases)),
     ]
     first: dict[str, tuple[str, dict]] = {}
     for phase in phases:
@@ -186,6 +197,12 @@ class Reporter:
     def _judge_budget(self, report: pytest.TestReport, result: Result) -> None:
         entry = self.baseline["tests"].get(report.nodeid)
         if entry is None:
+            return
+        if result.summary.get("incomplete"):
+            result.not_judged = "the child died before it could report what it loaded"
+            return
+        result.not_judged = budget.not_comparable(entry, result.summary)
+        if result.not_judged:
             return
         problems = budget.check(entry, result.summary, result.summary.get("watch", self.watch), self.growth)
         if not problems:
@@ -279,22 +296,29 @@ class Reporter:
         if shown:
             terminalreporter.write_sep("=", "npu_lazy: phases and watched modules")
             for entry in shown:
-                for text, markup in summary_lines(entry, verbosity):
+                for text, markup in summary_lines(entry, verbosity, terminalreporter._tw.fullwidth):
                     write(text, **markup)
         if self.baseline is not None:
             over = [e for e in self.results.values() if e.budget]
             terminalreporter.write_sep("=", "npu_lazy import budget", red=bool(over), green=not over)
             isolated = [r for r in self.results.values() if r.summary is not None]
-            judged = sum(1 for r in isolated if r.nodeid in self.baseline["tests"])
+            known = [r for r in isolated if r.nodeid in self.baseline["tests"]]
+            judged = sum(1 for r in known if r.not_judged is None)
             if over:
                 for result in over:
                     write(f"OVER BUDGET {result.nodeid}: {budget.short(result.budget)}", red=True)
             else:
                 write(f"{judged} isolated test(s) within the budget of {self.baseline_path} "
                       f"(growth allowed: {self.growth:.0%})", green=True)
-            unknown = len(isolated) - judged
+            unknown = len(isolated) - len(known)
             if unknown:
                 write(f"{unknown} isolated test(s) not in the baseline, not judged")
+            for reason, count in Counter(r.not_judged for r in known if r.not_judged).items():
+                write(f"{count} isolated test(s) not judged, not comparable with the baseline: {reason}", yellow=True)
+            if any("Inductor cache" in r.not_judged for r in known if r.not_judged):
+                write("  (a cold Inductor cache compiles through more modules than a warm one; to gate every run, "
+                      "record the baseline and check in the same state, e.g. each with a fresh "
+                      "TORCHINDUCTOR_CACHE_DIR, or after a warm-up run)")
         for line in self.written:
             write(f"npu_lazy: wrote the {line}")
         for line in self.write_errors:
@@ -309,12 +333,15 @@ _MARKUP = {"passed": {"green": True}, "failed": {"red": True}, "error": {"red": 
            "xpassed": {"yellow": True}, "xfailed": {"yellow": True}, "skipped": {"yellow": True}}
 
 
-def summary_lines(entry: dict, verbosity: int = 0) -> list[tuple[str, dict]]:
+def summary_lines(entry: dict, verbosity: int = 0, line_width: int = 120) -> list[tuple[str, dict]]:
     """The terminal summary of one isolated test: a line for it, then its phases.
 
     Verbosity 0: the phases on one line, with each phase's watched first
     loads. ``-v``: a line per phase with module counts and each watched
-    module's import chain. ``-vv``: every module per phase too.
+    module's import chain. ``-vv``: every module per phase too, wrapped to
+    ``line_width`` (a phase can load 1,500 modules: one line of them would be
+    10,000 characters wide); the JSON report (``--npu-lazy-json-modules``) has
+    them as data.
     """
     violation = entry.get("violation") or {}
     over = {p["phase"] for p in entry.get("budget") or []}
@@ -338,7 +365,7 @@ def summary_lines(entry: dict, verbosity: int = 0) -> list[tuple[str, dict]]:
     if verbosity <= 0:
         parts = []
         for phase in entry["phases"]:
-            part = f"{phase['name']} {phase['duration']:.3f}s"
+            part = f"{phase['name']} {phase['duration']:.3f}s" + (" (died here)" if phase.get("unfinished") else "")
             if phase["module_count"]:
                 part += f" +{phase['module_count']}"
             if phase["watched"]:
@@ -351,15 +378,22 @@ def summary_lines(entry: dict, verbosity: int = 0) -> list[tuple[str, dict]]:
         depth[phase["name"]] = depth.get(phase.get("parent"), -1) + 1 if phase.get("parent") in depth else 0
         indent = "    " + "  " * depth[phase["name"]]
         width = max(16 - 2 * depth[phase["name"]], len(phase["name"]))
-        text = f"{indent}{phase['name']:<{width}} {phase['duration']:8.3f} s {phase['module_count']:6d} modules"
+        text = f"{indent}{phase['name']:<{width}} {phase['duration']:8.3f} s {_modules(phase):>14}"
         if phase["watched"]:
             text += f"   {watched(phase)}"
         mark = marks(phase)
         lines.append((text + mark, {"red": True} if mark else {}))
         for w in phase["watched"]:
             at = f"   [at {w['trigger']}]" if w.get("trigger") else ""
-            lines.append((f"{indent}    {' <- '.join(w['chain'])}{at}", {}))
+            lines.append((f"{indent}    {' <- '.join(w['chain'])}{at}", {}))  # one chain, one line: grep finds it
         if verbosity > 1 and phase.get("modules"):
-            lines.append((f"{indent}    modules: {', '.join(m['name'] for m in phase['modules'])}", {}))
+            lines += _wrapped(f"modules: {', '.join(m['name'] for m in phase['modules'])}", f"{indent}    ", line_width)
     return lines
+
+
+def _wrapped(text: str, indent: str, width: int) -> list[tuple[str, dict]]:
+    """``text`` in lines of at most ``width`` characters (a longer single word stays whole), continued deeper."""
+    return [(line, {}) for line in textwrap.wrap(text, width=max(width, len(indent) + 40), initial_indent=indent,
+                                                 subsequent_indent=indent + "  ", break_long_words=False,
+                                                 break_on_hyphens=False)]
 

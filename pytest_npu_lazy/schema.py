@@ -80,6 +80,7 @@ def phase_entry(phase: dict, with_modules: bool) -> dict:
         "duration": phase["duration"],
         "module_count": phase.get("module_count", len(phase.get("modules", []))),
         "watched": phase.get("watched", []),
+        "unfinished": bool(phase.get("unfinished", False)),
     }
     if with_modules:
         entry["modules"] = phase.get("modules", [])
@@ -87,8 +88,8 @@ def phase_entry(phase: dict, with_modules: bool) -> dict:
 
 
 def result_entry(nodeid: str, outcome: str, duration: float, *, message: str | None = None,
-               violation: dict | None = None, budget: list[dict] | None = None, worker: str | None = None,
-               summary: dict | None = None, with_modules: bool = False) -> dict:
+               violation: dict | None = None, budget: list[dict] | None = None, not_judged: str | None = None,
+               worker: str | None = None, summary: dict | None = None, with_modules: bool = False) -> dict:
     """A test as the JSON report has it; ``summary`` is ``ProbeState.summary()`` (None: not isolated)."""
     summary = summary or {}
     return {
@@ -98,7 +99,9 @@ def result_entry(nodeid: str, outcome: str, duration: float, *, message: str | N
         "message": message,
         "violation": violation,
         "budget": budget,
+        "budget_not_judged": not_judged,
         "worker": worker,
+        "inductor_cache": summary.get("inductor_cache"),
         "isolation": summary.get("isolation"),
         "baseline": summary.get("baseline"),
         "preload": summary.get("preload", []),

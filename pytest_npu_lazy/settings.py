@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from .cann import ENV_CACHE, ENV_TRACE
 from .errors import MarkerError
 
 ISOLATE_CHOICES = ("marked", "all", "off")
@@ -82,29 +83,45 @@ class TestSettings:
     timeout: float | None
     block: tuple[str, ...] = ()
     track: tuple[str, ...] = ()
+    #: where the preload came from, for the guard's advice: "marker", "--npu-lazy-preload" or "ini npu_lazy_preload"
+    preload_source: str = "ini npu_lazy_preload"
 
     def to_dict(self) -> dict:
         return {"isolation": self.isolation, "baseline": self.baseline.to_dict(), "timeout": self.timeout,
-                "block": list(self.block), "track": list(self.track)}
+                "block": list(self.block), "track": list(self.track), "preload_source": self.preload_source}
 
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("npu_lazy", "deferred-loading checks (pytest-npu-lazy)")
     group.addoption("--npu-lazy-isolate", choices=ISOLATE_CHOICES, default=None,
-                    help="which tests run isolated: marked (default), all, or off (run in-process, e.g. for --pdb)")
+                    help="which tests run isolated: marked (default), all, or off (run in-process, e.g. for "
+                         f"--pdb); env {ENV['isolate']}")
     group.addoption("--npu-lazy-isolation", choices=ISOLATION_MODES, default=None,
-                    help="default isolation mode: fork (zygote, default) or spawn (fresh interpreter per test)")
+                    help="default isolation mode: fork (zygote, default) or spawn (fresh interpreter per test); "
+                         f"env {ENV['isolation']}")
     group.addoption("--npu-lazy-preload", default=None, metavar="MODULES",
                     help="comma-separated modules the zygote imports (overrides ini npu_lazy_preload; '' for none)")
     group.addoption("--npu-lazy-timeout", type=float, default=None, metavar="SECONDS",
-                    help="kill an isolated test after this many seconds (0: no limit)")
+                    help=f"kill an isolated test after this many seconds (0: no limit); env {ENV['timeout']}")
     group.addoption("--npu-lazy-cann", choices=CANN_MODES, default=None,
                     help="CANN for torch_npu: auto (default: real CANN if it loads, else the host stub "
-                         "when torch_npu is installed), real, stub, or off")
+                         f"when torch_npu is installed), real, stub, or off; env {ENV['cann']}. The stub is "
+                         f"built in {ENV_CACHE} (default ~/.cache/pytest-npu-lazy); {ENV_TRACE}=1 "
+                         "makes it log each call to stderr")
     group.addoption("--npu-lazy-require-npu", action="store_true", default=False,
                     help="fail the run unless a real NPU device is usable (never test on the stub by accident)")
     for name, (help_text, kind, default) in INI.items():
         parser.addini(name, help_text, type=kind, default=default)
+
+
+def _ini_bool(config: pytest.Config, name: str) -> bool | None:
+    """pytest's own boolean ini reading, with an error that names the key (pytest's names only the value);
+    None where the ini file does not set it."""
+    try:
+        value = config.getini(name)
+        return None if value is None else bool(value)
+    except (ValueError, pytest.UsageError) as exc:  # pytest 9 turns the ValueError into a UsageError
+        raise pytest.UsageError(f"ini {name}: {exc}; use true or false (also yes/no, on/off, 1/0).") from None
 
 
 def cann_mode(early_config: pytest.Config) -> str:
@@ -133,7 +150,8 @@ class Resolver:
         else:
             preload = tuple(config.getini("npu_lazy_preload"))
         _check_module_names("npu_lazy_preload", preload)
-        self.autoload = config.getini("npu_lazy_autoload")  # None unless the ini file sets it
+        self.autoload = _ini_bool(config, "npu_lazy_autoload")  # None unless the ini file sets it
+        self.preload_source = "--npu-lazy-preload" if cli_preload is not None else "ini npu_lazy_preload"
         self.default_baseline = self.baseline(preload, None)
         self.timeout = self._timeout()
 
@@ -201,6 +219,7 @@ class Resolver:
             timeout=timeout,
             block=block,
             track=tuple(options.get("track", ())),
+            preload_source="marker" if "preload" in options else self.preload_source,
         )
 
 
@@ -211,7 +230,7 @@ def marker_options(item: pytest.Item) -> dict[str, Any]:
         if marker.args:
             raise MarkerError(
                 f"npu_lazy marker takes keyword options only, got positional {marker.args!r}; "
-                f"write e.g. @pytest.mark.npu_lazy(preload={list(marker.args)!r}).")
+                f"write e.g. @pytest.mark.npu_lazy(preload={_preload_guess(marker.args)!r}).")
         for key, value in marker.kwargs.items():
             if key not in MARKER_OPTIONS:
                 close = difflib.get_close_matches(key, MARKER_OPTIONS, n=1)
@@ -220,6 +239,13 @@ def marker_options(item: pytest.Item) -> dict[str, Any]:
                                   f"Valid options: {', '.join(MARKER_OPTIONS)}.")
             merged.setdefault(key, _validated(key, value))
     return merged
+
+
+def _preload_guess(args: tuple) -> list:
+    """What positional arguments most likely meant as a preload list: ``("torch",)`` or ``(["torch"],)``."""
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        return list(args[0])
+    return list(args)
 
 
 def _validated(key: str, value: Any) -> Any:

@@ -29,7 +29,8 @@ from typing import Callable
 
 from .child import serve_child
 from .errors import NpuLazyWarning, ZygoteError
-from .processes import ChildWatcher, die_with_parent, kill_group
+from .logs import existing_loggers, quiet_preload_loggers
+from .processes import ChildWatcher, die_with_parent, kill_group, set_title
 from .protocol import Channel, ChannelClosed, Message, describe_status
 from .recorder import RECORDER
 from .settings import Baseline
@@ -47,9 +48,10 @@ _WATCHER = ChildWatcher()
 _CHILD_STOP_SIGNAL = signal.SIGKILL
 
 
-def _become_server(child_stop_signal: int) -> None:
+def _become_server(child_stop_signal: int, title: tuple[str, str]) -> None:
     """A server ignores the terminal's Ctrl-C: the pytest process decides when it ends."""
     global _WATCHER, _CHILD_STOP_SIGNAL
+    set_title(*title)
     _WATCHER, _CHILD_STOP_SIGNAL = ChildWatcher(), child_stop_signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _terminate)
@@ -85,7 +87,7 @@ def _serve(channel: Channel, handle) -> None:
 
 
 def serve_root(channel: Channel, session) -> None:
-    _become_server(signal.SIGTERM)
+    _become_server(signal.SIGTERM, ("root", f"forks a zygote per preload baseline for pytest {os.getppid()}"))
 
     def handle(message: Message) -> None:
         if message.kind != "start_zygote":
@@ -104,11 +106,13 @@ def serve_root(channel: Channel, session) -> None:
 
 
 def serve_zygote(channel: Channel, session, baseline: Baseline) -> None:
-    _become_server(signal.SIGKILL)
+    _become_server(signal.SIGKILL, ("zygote", f"preload {list(baseline.preload)}"))
     os.environ.update(baseline.environment())
     RECORDER.set_phase("preload")
+    loggers = existing_loggers()
     with _captured_output() as output:
         error = import_preload(baseline)
+    quiet_preload_loggers(session.config, loggers)
     RECORDER.sweep()
     gc.collect()
     if hasattr(gc, "freeze"):
@@ -187,6 +191,8 @@ def _run_forked(body, close) -> None:
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the pytest process went away (killed, or its xdist controller was): nothing to report to
     except BaseException:
         traceback.print_exc()
     finally:

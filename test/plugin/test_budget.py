@@ -164,3 +164,77 @@ def test_missing_or_bad_baseline_is_a_usage_error(gated, run_pytest):
     growth = run_pytest("-o", "npu_lazy_budget_growth=lots")
     assert growth.result.ret == pytest.ExitCode.USAGE_ERROR
     assert "npu_lazy_budget_growth = 'lots': expected a percentage such as 5%" in growth.text()
+
+
+
+COMPILES = """
+import collections, os, sys, types
+import pytest
+
+@pytest.mark.npu_lazy(preload=[])
+def test_compiles(npu_lazy):
+    with npu_lazy.phase("wrap"):
+        # torch's cache counters, where the plugin reads them; without torch, for speed
+        utils = sys.modules["torch._dynamo.utils"] = types.ModuleType("torch._dynamo.utils")
+        utils.counters = collections.defaultdict(collections.Counter)
+    with npu_lazy.phase("first_call"):
+        # what a first compiled call does: look the graph up in the cache; a miss compiles
+        # through more modules (torch 2.13: 218 instead of 141)
+        cold = os.environ["INDUCTOR_CACHE"] == "cold"
+        utils.counters["inductor"]["fxgraph_cache_miss" if cold else "fxgraph_cache_hit"] += 1
+        import kernel_0, kernel_1
+        if cold:
+            import kernel_2, kernel_3, kernel_4
+        if os.environ.get("REGRESSION"):
+            import kernel_5, kernel_6
+"""
+
+
+def test_cold_and_warm_inductor_cache_give_the_same_verdict(run_pytest, pytester, monkeypatch):
+    """A cold cache loads more modules; judged against a warm baseline that would flip the gate."""
+    pytester.makepyfile(test_compiles=COMPILES, **{f"kernel_{i}": "" for i in range(7)})
+    monkeypatch.setenv("INDUCTOR_CACHE", "warm")
+    saved = run_pytest("--npu-lazy-save-baseline=warm.json")
+    assert saved.outcomes == {"test_compiles.py::test_compiles": "passed"}, saved.text()
+    assert json.loads((pytester.path / "warm.json").read_text())["tests"]["test_compiles.py::test_compiles"][
+        "inductor_cache"] == "warm"
+    monkeypatch.setenv("INDUCTOR_CACHE", "cold")
+    cold = run_pytest("--npu-lazy-baseline=warm.json", "--npu-lazy-json=cold.json")
+    assert cold.outcomes == {"test_compiles.py::test_compiles": "passed"}, cold.text()
+    assert "1 isolated test(s) not judged, not comparable with the baseline: Inductor cache cold now, " \
+           "warm in the baseline" in cold.text()
+    (entry,) = json.loads((pytester.path / "cold.json").read_text())["tests"]
+    assert entry["inductor_cache"] == "cold"
+    assert entry["budget_not_judged"] == "Inductor cache cold now, warm in the baseline"
+    # like with like is still gated: a cold baseline, then a cold run that loads more
+    run_pytest("--npu-lazy-save-baseline=cold.json")
+    monkeypatch.setenv("REGRESSION", "1")
+    regressed = run_pytest("--npu-lazy-baseline=cold.json")
+    assert regressed.outcomes == {"test_compiles.py::test_compiles": "error"}, regressed.text()
+    assert "phase 'first_call' loads 7 modules, baseline 5" in regressed.report("test_compiles", "teardown")["longrepr"]
+
+
+def test_the_cache_counters_read_are_torchs():
+    """The counter names come from torch's source: a rename there must fail here, not silently read zeros."""
+    from importlib.util import find_spec
+    from pathlib import Path
+
+    from pytest_npu_lazy.inductor_cache import _COUNTERS
+
+    spec = find_spec("torch")
+    if spec is None:
+        pytest.skip("torch is not installed")
+    root = Path(spec.origin).parent
+    source = (root / "_inductor" / "codecache.py").read_text() + (
+        root / "_functorch" / "_aot_autograd" / "autograd_cache.py").read_text()
+    for group, hit, miss in _COUNTERS:
+        for name in (group, hit, miss):
+            assert f'"{name}"' in source, name
+
+
+def test_a_baseline_without_the_cache_state_judges_only_tests_that_compiled_nothing():
+    entry = budget.baseline_entry(BASE)
+    del entry["inductor_cache"]
+    assert budget.not_comparable(entry, BASE) is None
+    reason = budget.not_comparable(entry, {**BASE, "inductor_cache": "warm"})
+    assert "not recorded in the baseline" in reason and "--npu-lazy-save-baseline" in reason

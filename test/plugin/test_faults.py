@@ -352,3 +352,42 @@ def test_normal_exit_and_failures_leave_no_process(pytester, workers):
     while _tagged_processes(tag) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _tagged_processes(tag) == []
+
+
+def test_sigterm_under_xdist_ends_quietly(pytester, tmp_path):
+    """Killing the controller mid-run must not leave workers to fail in xdist's session-finish hook."""
+    pytester.makepyfile(test_quick="""
+        import os, time
+        import pytest
+
+        @pytest.mark.npu_lazy(preload=[])
+        @pytest.mark.parametrize("n", range(400))
+        def test_quick(n):
+            if n == 20:
+                open(os.environ["STARTED_FILE"], "w").close()
+            time.sleep(0.02)
+    """)
+    tag = str(uuid.uuid4())
+    started = tmp_path / "started"
+    env = dict(os.environ, STARTED_FILE=str(started), NPU_LAZY_LEAK_TAG=tag)
+    process = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2"],
+                               cwd=pytester.path, env=env, start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while not started.exists():
+            assert time.monotonic() < deadline and process.poll() is None, process.communicate()[0].decode()
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=60)[0].decode()  # returns once every worker closed the pipe
+        assert process.returncode == -signal.SIGTERM, output
+        assert "PluggyTeardownRaisedWarning" not in output and "Traceback" not in output, output
+        deadline = time.monotonic() + 10
+        while _tagged_processes(tag) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _tagged_processes(tag) == [], output
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        _kill_tagged(tag)
+        process.communicate(timeout=30)

@@ -51,7 +51,7 @@ def test_same_tests_without_isolation_are_caught_by_the_guard(run_pytest, pytest
     message = run.report("test_each_starts_clean[0]", "call")["longrepr"]
     assert "'heavy' cannot be checked" in message
     assert "test_a_polluter.py:1" in message  # who imported it
-    assert "run the test isolated with @pytest.mark.npu_lazy" in message
+    assert "this run has isolation switched off (--npu-lazy-isolate=off" in message
 
 
 def test_marked_test_imports_stay_in_their_child(run_pytest, pytester):
@@ -113,7 +113,7 @@ def test_guard_names_the_preload(run_pytest, pytester):
     message = run.report("test_asserts_about_preloaded", "call")["longrepr"]
     assert "by the zygote's preload ['heavy.core']" in message
     assert "import chain: heavy.helpers <- heavy.core" in message
-    assert "remove it (or the module that imports it) from the preload baseline" in message
+    assert "remove it (or the module that imports it) from this test's marker" in message
     assert "1 error" in run.result.stdout.lines[-1]
 
 

@@ -18,3 +18,61 @@ def test_readme_examples_pass(run_pytest, pytester):
     pytester.makepyfile(**{f"test_readme_{i}": block for i, block in enumerate(blocks)})
     run = run_pytest()
     assert run.outcomes and set(run.outcomes.values()) == {"passed"}, run.text()
+
+
+def _section(title: str) -> str:
+    text = README.read_text()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else None]
+
+
+def _plugin_env_vars() -> set[str]:
+    """Every PYTEST_NPU_LAZY_* variable the plugin's code names, but the one it sets for its own children."""
+    package = Path(__file__).resolve().parents[2] / "pytest_npu_lazy"
+    names = set()
+    for source in package.glob("*.py"):
+        names.update(re.findall(r"PYTEST_NPU_LAZY_[A-Z_]+", source.read_text()))
+    return names - {"PYTEST_NPU_LAZY_CHILD_FD"}
+
+
+def test_every_option_ini_key_and_env_var_is_in_the_options_table_and_help(pytester):
+    help_text = pytester.runpytest_subprocess("-p", "npu_lazy", "--help").stdout.str()
+    options = set(re.findall(r"^\s+(--npu-lazy-[a-z-]+)", help_text, flags=re.M))
+    ini_keys = set(re.findall(r"^\s+(npu_lazy_\w+) \(", help_text, flags=re.M))
+    env_vars = _plugin_env_vars()
+    assert {"--npu-lazy-json-modules", "npu_lazy_watch", "npu_lazy_budget_growth"} <= options | ini_keys
+    assert env_vars >= {"PYTEST_NPU_LAZY_ISOLATE", "PYTEST_NPU_LAZY_CANN", "PYTEST_NPU_LAZY_CACHE"}
+    missing_help = sorted(v for v in env_vars if v not in help_text)
+    assert not missing_help, f"environment variables not in pytest -h: {missing_help}"
+    table = "\n".join(line for line in _section("Options").splitlines() if line.startswith("|"))
+    missing = sorted(name for name in options | ini_keys | env_vars if f"`{name}" not in table)
+    assert not missing, f"the README's options table lacks {missing}"
+
+
+FAILING_EXAMPLE = '''import pytest
+
+
+@pytest.mark.npu_lazy(preload=["torch"])
+def test_wrapper(npu_lazy):
+    import torch
+    npu_lazy.compile(lambda x: x + 1, backend="inductor")
+    npu_lazy.assert_not_loaded("torch._inductor")
+'''
+
+
+def test_failure_example_is_what_a_run_prints(pytester):
+    """The README's failure text, regenerated from this run when torch or the chain format changes."""
+    import pytest_npu_lazy
+
+    documented = re.search(r"When a guarantee breaks.*?```\n(.*?)```", README.read_text(), flags=re.S)[1]
+    pytester.makepyfile(test_x=FAILING_EXAMPLE)
+    result = pytester.runpytest_subprocess("-p", "npu_lazy", "-p", "no:cacheprovider", timeout=300)
+    site = str(Path(pytest_npu_lazy.__file__).resolve().parent.parent)
+    printed = [line.replace(site, "<site-packages>") for line in result.stdout.lines if line.startswith("E ")]
+
+    def same(line: str) -> str:  # the plugin's own line numbers move with every edit; torch's are the point
+        return re.sub(r"(pytest_npu_lazy/\w+\.py):\d+", r"\1:N", line.rstrip())
+
+    assert [same(line) for line in documented.splitlines()] == [same(line) for line in printed], \
+        "regenerate the README's failure example from this run:\n" + "\n".join(printed)

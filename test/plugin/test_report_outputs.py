@@ -238,7 +238,8 @@ def test_unwritable_report_path_fails_the_run_clearly(suite, run_pytest):
 
 
 def test_collect_phase_excludes_the_wait_for_the_previous_test(pytester, run_pytest):
-    """The next test's child collects while this one runs; its collect phase is the collecting, not the wait."""
+    """The next test's child collects while this one runs; its collect phase is the collecting, and the wait
+    for its turn is in no phase and no part of its time line (JSON and HTML)."""
     pytester.makepyfile(test_pair="""
         import time
         import pytest
@@ -251,10 +252,14 @@ def test_collect_phase_excludes_the_wait_for_the_previous_test(pytester, run_pyt
         def test_2_collected_meanwhile():
             pass
     """)
-    run = run_pytest("--npu-lazy-json=report.json")
+    run = run_pytest("--npu-lazy-json=report.json", "--npu-lazy-html=report.html")
     assert run.result.ret == pytest.ExitCode.OK, run.text()
     tests = _tests(load_report(pytester.path / "report.json"))
     second = tests["test_pair.py::test_2_collected_meanwhile"]
     collect, setup = _phase(second, "collect"), _phase(second, "setup")
     assert collect["duration"] < 1.0, second["phases"]
-    assert setup["start"] - (collect["start"] + collect["duration"]) > 1.0, second["phases"]  # the wait, in no phase
+    assert abs(setup["start"] - (collect["start"] + collect["duration"])) < 0.1, second["phases"]  # no gap
+    assert max(p["start"] + p["duration"] for p in second["phases"]) < 1.0, second["phases"]
+    html = (pytester.path / "report.html").read_text()
+    shown = re.search(r'test_2_collected_meanwhile <span class="num">\(([\d.]+) (ms|s) in the fork child\)', html)
+    assert shown is not None and (shown[2] == "ms" or float(shown[1]) < 1.0), shown and shown[0]
