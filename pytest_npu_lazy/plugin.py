@@ -60,6 +60,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from .report import Reporter
 
     config.pluginmanager.register(Reporter(config), "npu_lazy_reporter")
+    from . import pypool
+
+    pypool.activate(config)  # run_python forks from zygotes while this session lasts
+    config.add_cleanup(lambda: pypool.deactivate(config))
     fd = os.environ.pop("PYTEST_NPU_LAZY_CHILD_FD", None)
     if fd is not None:
         from .child import SpawnedSession
