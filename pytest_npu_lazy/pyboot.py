@@ -19,7 +19,7 @@ _npu_lazy_main = dict(globals())  # __main__ as `python -c` leaves it, before th
 import os
 import sys
 
-_npu_lazy_state = {"startup": list(sys.modules)}
+_npu_lazy_state = {"startup": list(sys.modules), "environ": dict(os.environ)}
 _npu_lazy_package, _npu_lazy_control, _npu_lazy_preload = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 sys.argv[:] = ["-c"]
 
@@ -68,7 +68,8 @@ from _npu_lazy_zygote.pyzygote import finish as _npu_lazy_finish, serve as _npu_
 try:
     exec(*_npu_lazy_serve(_npu_lazy_control, _npu_lazy_main, _npu_lazy_state, sorted(_NpuLazyReads.names),
                           _npu_lazy_error))
-except BaseException:
-    _npu_lazy_finish(sys.exc_info()[1])
+except BaseException as _npu_lazy_raised:
+    _npu_lazy_outcome = _npu_lazy_raised  # finished outside the handler, as CPython prints it: no __context__
 else:
-    _npu_lazy_finish(None)
+    _npu_lazy_outcome = None
+_npu_lazy_finish(_npu_lazy_outcome)

@@ -25,8 +25,8 @@ import time
 from collections.abc import Mapping
 from typing import Sequence
 
+from . import pyenv, pypool
 from . import pymessages as messages
-from . import pypool
 from .errors import RunPythonError
 from .protocol import Channel, ChannelClosed
 
@@ -50,7 +50,7 @@ def run_python(code: str, *, env: Mapping[str, str] | None = None, timeout: floa
     pool = pypool.active()
     if pool is None:
         return _subprocess(args, env, timeout, cwd, input)
-    call_env = dict(os.environ if env is None else env)
+    call_env = pyenv.inherited() if env is None else dict(env)
     try:
         here = os.getcwd()
         directory = here if cwd is None else os.path.join(here, os.fsdecode(cwd))
@@ -180,7 +180,7 @@ class _Call:
             channel = Channel(ours)
             stdin = stdin_read if stdin_read is not None else (0 if _valid_fd(0) else None)
             fds = [call_end.fileno(), theirs[-1], out_write, err_write] + ([stdin] if stdin is not None else [])
-            run = messages.Run(self.args[2], self.env, None if self.cwd is None else os.fsdecode(self.cwd),
+            run = messages.Run(self.args[2], self.zygote.environ_for(self.env), None if self.cwd is None else os.fsdecode(self.cwd),
                                sys.executable, stdin is not None)
             try:
                 self.zygote.send(run, fds)

@@ -9,8 +9,8 @@ same in its environment. Two kinds of variables qualify:
   code, which no Python hook can observe: matched by the rules below
   (:data:`STARTUP_NAMES`, :data:`STARTUP_PREFIXES`);
 * variables the preload read through ``os.environ`` / ``os.getenv`` while it
-  was imported: recorded in the zygote by :class:`ReadRecorder` and sent
-  back with its ``ready`` message. ``import torch`` 2.13 reads about 50 of
+  was imported: recorded in the zygote (pyboot.py swaps the class of
+  ``os.environ`` for the import) and sent back with its ``ready`` message. ``import torch`` 2.13 reads about 50 of
   them (``TORCH_DEVICE_BACKEND_AUTOLOAD``, ``TORCH_LOGS``,
   ``TORCHDYNAMO_*``, ``PYTORCH_JIT``, ``NPY_PROMOTION_STATE``,
   ``KINETO_USE_DAEMON``, ...), which the prefixes would partly miss.
@@ -25,6 +25,7 @@ This module runs in the pytest process and in zygotes: standard library only.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from typing import Iterable, Mapping
 
@@ -71,33 +72,53 @@ def compatible(started: Mapping[str, str], wanted: Mapping[str, str], reads: Ite
     return all(started.get(name) == wanted.get(name) for name in key_names(started, wanted, reads))
 
 
+def startup_changes(launched: Mapping[str, str], started: Mapping[str, str]) -> dict[str, str | None]:
+    """What the interpreter's start-up did to its own environment (None: removed).
+
+    Python's locale coercion (PEP 538) sets LC_CTYPE=C.UTF-8 under the C
+    locale, and `python -c` then shows it in os.environ. It depends only on
+    key variables, so a call that uses the zygote would see the same change.
+    """
+    changes: dict[str, str | None] = {k: v for k, v in started.items() if launched.get(k) != v}
+    changes.update({k: None for k in launched if k not in started})
+    return changes
+
+
+def as_started(env: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:
+    """``env`` as `python -c` would see it in os.environ, after its start-up changes."""
+    result = dict(env)
+    for name, value in changes.items():
+        if value is None:
+            result.pop(name, None)
+        else:
+            result[name] = value
+    return result
+
+
 def relative_pythonpath(env: Mapping[str, str]) -> bool:
     """PYTHONPATH entries that site.py makes absolute against the working directory at start-up."""
     value = env.get("PYTHONPATH", "")
     return bool(value) and any(not os.path.isabs(entry) for entry in value.split(os.pathsep))
 
 
-def recording_class(base: type) -> type:
-    """A subclass of ``os._Environ`` whose instances note every variable looked up.
+def inherited() -> dict[str, str]:
+    """The environment a child started without ``env`` gets: the C library's ``environ``.
 
-    The zygote sets it as ``os.environ.__class__`` while the preload imports
-    and puts the old class back afterwards; ``os.getenv`` goes through
-    ``os.environ.get`` and so is seen too.
+    It can differ from ``os.environ``: ``os.putenv`` and native code change
+    it behind Python's back (GNU readline, imported by pytest, exports LINES
+    and COLUMNS), and ``subprocess.run(env=None)`` passes it on as it is.
     """
+    try:
+        from .processes import libc
 
-    class ReadRecorder(base):  # type: ignore[misc, valid-type]
-        reads: set[str] = set()
-
-        def __getitem__(self, key):
-            ReadRecorder.reads.add(key)
-            return base.__getitem__(self, key)
-
-        def __contains__(self, key):
-            ReadRecorder.reads.add(key)
-            return base.__contains__(self, key)
-
-        def __iter__(self):
-            ReadRecorder.reads.add(ALL)
-            return base.__iter__(self)
-
-    return ReadRecorder
+        entries = ctypes.POINTER(ctypes.c_char_p).in_dll(libc(), "environ")
+        found: dict[str, str] = {}
+        index = 0
+        while entries[index] is not None:
+            name, sep, value = entries[index].partition(b"=")
+            if sep:
+                found.setdefault(os.fsdecode(name), os.fsdecode(value))
+            index += 1
+        return found
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - no C environ to read
+        return dict(os.environ)

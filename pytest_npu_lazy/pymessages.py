@@ -54,6 +54,7 @@ class Ready:
     reads: list  # environment variables the preload looked up (pyenv.ALL: it iterated over all of them)
     hazard: Optional[str]  # why forking this zygote would hand children a broken device runtime
     threads: list  # names of Python threads the preload left running (a fork copies none of them)
+    environ: dict  # os.environ as the interpreter's start-up left it, before the preload
 
 
 @dataclass(frozen=True)

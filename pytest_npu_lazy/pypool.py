@@ -70,6 +70,10 @@ class Zygote:
             return False
         return pyenv.compatible(self.env, env, self.ready.reads if self.ready else ())
 
+    def environ_for(self, env: dict[str, str]) -> dict[str, str]:
+        """What os.environ must be in a child: ``env`` plus what `python -c` start-up adds (LC_CTYPE)."""
+        return pyenv.as_started(env, pyenv.startup_changes(self.env, self.ready.environ))
+
     def alive(self) -> bool:
         return self.process.poll() is None
 

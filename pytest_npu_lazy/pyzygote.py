@@ -154,7 +154,7 @@ def serve(control_fd: int, main: dict, state: dict, reads: list[str], error: str
     """Report the preload, then serve calls; returns only in a forked child: (code, namespace) to exec."""
     control = Channel(socket.socket(fileno=control_fd))
     threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
-    ready = messages.Ready(os.getpid(), error, reads, None if error else fork_hazard(), threads)
+    ready = messages.Ready(os.getpid(), error, reads, None if error else fork_hazard(), threads, state["environ"])
     messages.send(control, ready)
     if ready.error or ready.hazard:
         os._exit(0)  # the caller runs these calls as plain subprocesses
