@@ -51,6 +51,8 @@ def run_python(code: str, *, env: Mapping[str, str] | None = None, timeout: floa
     if pool is None:
         return _subprocess(args, env, timeout, cwd, input)
     call_env = pyenv.inherited() if env is None else dict(env)
+    if call_env.get("PYTHONINSPECT"):  # `python -c` would then read more code from stdin when done
+        return _subprocess(args, env, timeout, cwd, input)
     try:
         here = os.getcwd()
         directory = here if cwd is None else os.path.join(here, os.fsdecode(cwd))
@@ -64,7 +66,7 @@ def run_python(code: str, *, env: Mapping[str, str] | None = None, timeout: floa
     if outcome.shadowed:
         pool.warn(f"run_python: {', '.join(outcome.shadowed)} in {directory} would shadow modules the zygote "
                   f"preloaded ({list(preload)}), as `python -c` imports from its working directory first; "
-                  "such calls run as plain subprocesses.")
+                  "such calls run as plain subprocesses.", stacklevel=3)
         return _subprocess(args, env, timeout, cwd, input)
     if outcome.zygote_died:
         pool.forget(zygote)

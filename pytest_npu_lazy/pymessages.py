@@ -9,7 +9,7 @@ Directions:
 caller -> zygote (control socket)  :class:`Run` (+ fds), :class:`Shutdown`
 zygote -> caller (control socket)  :class:`Ready`
 caller -> zygote (call socket)     :class:`Kill`
-zygote -> caller (call socket)     :class:`Started`, :class:`Exited`
+zygote -> caller (call socket)     :class:`Exited`
 child  -> zygote (set-up pipe)     :class:`SetupOutcome`, once, only when the child cannot run the code
 
 This module runs in the pytest process and in zygotes: standard library only.
@@ -65,12 +65,6 @@ class Kill:
 
 
 @dataclass(frozen=True)
-class Started:
-    KIND: ClassVar[str] = "started"
-    pid: int
-
-
-@dataclass(frozen=True)
 class SetupOutcome:
     """Why a child did not run the code: written by the child to its set-up pipe, then it exits."""
 
@@ -100,7 +94,7 @@ class Exited:
         return SetupOutcome(**self.setup) if self.setup else None
 
 
-_TYPES = {cls.KIND: cls for cls in (Run, Shutdown, Ready, Kill, Started, Exited)}
+_TYPES = {cls.KIND: cls for cls in (Run, Shutdown, Ready, Kill, Exited)}
 
 
 def send(channel: Channel, message, fds=()) -> None:

@@ -41,7 +41,7 @@ BOOT = Path(__file__).with_name("pyboot.py")
 PACKAGE_DIR = str(Path(__file__).resolve().parent)
 #: importing a preload such as torch takes seconds; a hung one must not hang the session
 READY_TIMEOUT = 600.0
-MAX_ZYGOTES = 8
+MAX_ZYGOTES = 4  # a zygote holding torch takes a few hundred MB
 STOP_GRACE = 5.0
 
 
@@ -191,10 +191,11 @@ class Pool:
         self.zygotes = [z for z in self.zygotes if z not in stale]
         return stale
 
-    def warn(self, text: str) -> None:
+    def warn(self, text: str, stacklevel: int = 4) -> None:
+        """Once per text; the default stack level points at run_python's caller through zygote()."""
         if text not in self.warned:
             self.warned.add(text)
-            warnings.warn(NpuLazyWarning(text), stacklevel=4)
+            warnings.warn(NpuLazyWarning(text), stacklevel=stacklevel)
 
     def forget(self, zygote: Zygote) -> None:
         """A zygote that died under a call: the next call starts a new one."""

@@ -7,9 +7,10 @@ would have had after its first ``import``. It never holds pytest or the
 test's modules: the pytest process is never forked for run_python.
 
 Per call it forks a child (:func:`pytest_npu_lazy.pychild.become`), which
-leads its own process group; the zygote reports the child's start and its
-wait status on the call's own socket, kills the group on request (the
-caller's timeout) and kills what the code left running when it exits.
+leads its own process group; the zygote reports the child's wait status on
+the call's own socket, kills the group on request (the caller's timeout) or
+when the caller stops listening, and kills what the code left running when
+it exits.
 
 It lives until the caller says :class:`~pymessages.Shutdown`, closes its end
 of the control socket (it died), or sends SIGTERM; then it kills its
@@ -116,10 +117,6 @@ class _Server:
         channel = Channel(socket.socket(fileno=named["call"]))
         self.calls[pid] = _Call(channel, setup_read)
         self.watcher.add(pid)
-        try:
-            messages.send(channel, messages.Started(pid))
-        except OSError:
-            _kill(pid)
         return None
 
     def _exited(self, pid: int, status: int) -> None:

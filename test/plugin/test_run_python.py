@@ -288,3 +288,11 @@ def test_plain_marked_and_unittest_tests_under_xdist(run_pytest, pytester, monke
     assert set(run.outcomes.values()) == {"passed"} and len(run.outcomes) == 4, run.text()
     recorded = [int(line) for line in pids.read_text().split()]
     assert recorded and all(_gone(pid) for pid in recorded), "a zygote outlived its session"
+
+
+def test_pythoninspect_runs_as_a_real_subprocess(monkeypatch):
+    calls = []
+    real = pycall._subprocess
+    monkeypatch.setattr(pycall, "_subprocess", lambda *a: calls.append(a) or real(*a))
+    result = run_python("print('then the REPL reads stdin')", env=dict(os.environ, PYTHONINSPECT="1"))
+    assert calls and result.returncode == 0 and result.stdout.startswith("then the REPL reads stdin\n")
