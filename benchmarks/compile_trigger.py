@@ -67,14 +67,17 @@ def _helper_call(tree: ast.Module) -> ast.Call:
     raise RewriteError(f"no function {HELPER}() in the file: is it torch_npu's test_compile_trigger.py?")
 
 
+NAME = "test_compile_trigger.py"
+
+
 def prepare(path: Path, work: Path) -> dict[str, Path]:
-    """Two folders, each holding the file under its own name: 'unchanged' and 'run_python'."""
+    """Two folders, each holding the file as test_compile_trigger.py: 'unchanged' and 'run_python'."""
     source = path.read_text(encoding="utf-8")
     folders = {}
     for variant, text in (("unchanged", source), ("run_python", rewrite(source))):
         folder = work / variant
         folder.mkdir(parents=True)
-        (folder / path.name).write_text(text, encoding="utf-8")
+        (folder / NAME).write_text(text, encoding="utf-8")
         (folder / "pytest.ini").write_text("[pytest]\n")
         folders[variant] = folder
     return folders
@@ -83,7 +86,7 @@ def prepare(path: Path, work: Path) -> dict[str, Path]:
 def bench(path: Path, env: dict[str, str], work: Path, run_pytest, log, warmup: bool) -> dict:
     """Run both variants with the same pytest command; per-test outcomes and times side by side."""
     folders = prepare(path, work)
-    args = ["-p", "npu_lazy", path.name]
+    args = ["-p", "npu_lazy", NAME]
     if warmup:  # Inductor's on-disk cache: the first run of either variant would pay for filling it
         log("compile_trigger: warm-up run of the run_python variant (not timed)")
         run_pytest(args, cwd=folders["run_python"], env=env)
@@ -92,7 +95,7 @@ def bench(path: Path, env: dict[str, str], work: Path, run_pytest, log, warmup: 
         log(f"compile_trigger/{variant}: pytest {' '.join(args)}")
         runs[variant] = run_pytest(args, cwd=folders[variant], env=env)
         log(f"compile_trigger/{variant}: {runs[variant]['wall_s']:.1f} s")
-    result = {"file": path.name, "preload": PRELOAD, "command": "pytest " + " ".join(args), "variants": {}}
+    result = {"file": NAME, "preload": PRELOAD, "command": "pytest " + " ".join(args), "variants": {}}
     for variant, run in runs.items():
         timing = run["timing"] or {}
         result["variants"][variant] = {

@@ -58,6 +58,10 @@ def run_python(code: str, *, env: Mapping[str, str] | None = None, timeout: floa
         directory = here if cwd is None else os.path.join(here, os.fsdecode(cwd))
     except OSError:  # the caller's directory was removed: only a real subprocess can start there
         return _subprocess(args, env, timeout, cwd, input)
+    if not os.path.isdir(directory):  # the child's chdir fails as subprocess's would; a zygote starts here
+        if pyenv.relative_pythonpath(call_env):
+            return _subprocess(args, env, timeout, cwd, input)
+        directory = here
     zygote = pool.zygote(preload, call_env, directory)
     if zygote is None:
         return _subprocess(args, env, timeout, cwd, input)

@@ -103,6 +103,8 @@ CASES = [
          _in_directory),
     Case("cwd-relative", "import os; print(os.path.basename(os.getcwd()))", _in_relative_directory),
     Case("cwd-missing", "print('never')", lambda tmp_path: {"cwd": tmp_path / "does-not-exist"}),
+    Case("cwd-missing-new-zygote", "print('never')", lambda tmp_path: {"cwd": tmp_path / "does-not-exist"},
+         preload=("json",)),
     Case("stdin-input", "import sys; data = sys.stdin.read(); print(len(data), data.upper())",
          lambda tmp_path: {"input": "some input\nsecond line \u00e9\n" * 1000}),
     Case("stdin-empty", "import sys; print(repr(sys.stdin.read()))", lambda tmp_path: {"input": ""}),
