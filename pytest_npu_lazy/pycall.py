@@ -72,6 +72,9 @@ def run_python(code: str, *, env: Mapping[str, str] | None = None, timeout: floa
                   f"preloaded ({list(preload)}), as `python -c` imports from its working directory first; "
                   "such calls run as plain subprocesses.", stacklevel=3)
         return _subprocess(args, env, timeout, cwd, input)
+    if outcome.unsent:  # the zygote was gone before it got the call: nothing ran, a subprocess runs it
+        pool.forget(zygote)
+        return _subprocess(args, env, timeout, cwd, input)
     if outcome.zygote_died:
         pool.forget(zygote)
         raise pypool.error_for_dead(zygote)
@@ -133,10 +136,13 @@ def _check_env(env) -> None:
 
 
 class _Outcome:
-    def __init__(self, result=None, shadowed=(), zygote_died=False) -> None:
+    """How a call through a zygote ended: its result, or why the caller must do something else."""
+
+    def __init__(self, result=None, shadowed=(), zygote_died=False, unsent=False) -> None:
         self.result = result
         self.shadowed = list(shadowed)
         self.zygote_died = zygote_died
+        self.unsent = unsent
 
 
 def _text_encoding() -> str:
@@ -192,7 +198,7 @@ class _Call:
                 self.zygote.send(run, fds)
             except OSError:
                 channel.close()
-                return _Outcome(zygote_died=True)
+                return _Outcome(unsent=True)
             finally:
                 call_end.close()
                 while theirs:
