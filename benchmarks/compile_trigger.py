@@ -14,6 +14,11 @@ outcomes (subtests included) must be identical.
 from __future__ import annotations
 
 import ast
+import os
+import statistics
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 ENV = "NPU_LAZY_BENCH_COMPILE_TRIGGER"
@@ -83,7 +88,7 @@ def prepare(path: Path, work: Path) -> dict[str, Path]:
     return folders
 
 
-def bench(path: Path, env: dict[str, str], work: Path, run_pytest, log, warmup: bool) -> dict:
+def bench(path: Path, env: dict[str, str], work: Path, run_pytest, log, warmup: bool, quick: bool = False) -> dict:
     """Run both variants with the same pytest command; per-test outcomes and times side by side."""
     folders = prepare(path, work)
     args = ["-p", "npu_lazy", NAME]
@@ -110,7 +115,60 @@ def bench(path: Path, env: dict[str, str], work: Path, run_pytest, log, warmup: 
     plain, fast = result["variants"]["unchanged"], result["variants"]["run_python"]
     result["same_outcomes"] = bool(plain["per_test"]) and plain["per_test"] == fast["per_test"]
     result["speedup"] = round(plain["wall_s"] / fast["wall_s"], 2) if fast["wall_s"] else None
+    log("compile_trigger: what preload=['torch'] saves per call (cold `import torch` against a fork)")
+    result.update(savings(folders["unchanged"] / NAME, env, repeats=1 if quick else 3))
+    saved = result["calls"] * (result["cold_import_s"] - result["fork_s"])
+    if saved < plain["wall_s"]:
+        result["expected_speedup"] = round(plain["wall_s"] / (plain["wall_s"] - saved), 2)
     return result
+
+
+COUNT_CALLS = """
+import os, sys, unittest, importlib.util
+spec = importlib.util.spec_from_file_location("counted", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+calls = []
+for value in list(vars(module).values()):
+    if isinstance(value, type) and issubclass(value, unittest.TestCase) and hasattr(value, "%s"):
+        value.%s = lambda self, code, *args, **kwargs: calls.append(code)
+        tests = unittest.defaultTestLoader.loadTestsFromTestCase(value)
+        unittest.TextTestRunner(stream=open(os.devnull, "w")).run(tests)
+print(len(calls))
+""" % (HELPER, HELPER)
+
+
+def savings(path: Path, env: dict[str, str], repeats: int) -> dict:
+    """How many code strings the file runs, and what each costs before its own work, both ways.
+
+    The calls are counted by running the tests with the helper replaced by a
+    counter; the cold cost is ``python -c "import torch"`` (start, import,
+    teardown), the fork cost ``run_python("pass", preload=["torch"])`` from a
+    zygote that is already up, both under the helper's environment.
+    """
+    from pytest_npu_lazy import pypool, run_python
+
+    env = dict(env, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    counted = subprocess.run([sys.executable, "-c", COUNT_CALLS, str(path)], env=env, capture_output=True,
+                             text=True, timeout=600)
+    cold = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, check=True)
+        cold.append(time.perf_counter() - started)
+    owner = object()
+    pypool.activate(owner)
+    try:
+        run_python("pass", env=env, preload=PRELOAD)  # starts the zygote: not part of a call's cost
+        forks = []
+        for _ in range(repeats * 3):
+            started = time.perf_counter()
+            run_python("pass", env=env, preload=PRELOAD)
+            forks.append(time.perf_counter() - started)
+    finally:
+        pypool.deactivate(owner)
+    return {"calls": int(counted.stdout.split()[-1]) if counted.returncode == 0 else 0,
+            "cold_import_s": round(statistics.median(cold), 3), "fork_s": round(statistics.median(forks), 3)}
 
 
 def _outcome_text(reports: list) -> str:
@@ -139,6 +197,14 @@ def markdown(result: dict) -> list[str]:
     out.append(f"| **speedup** | **{result['speedup']}x** (target >= {TARGET:g}x: {met}) | | "
                f"same per-test outcomes: {result['same_outcomes']} |")
     out.append("")
+    if "calls" in result:
+        out.append(f"The file runs {result['calls']} code strings. Before its own work, each costs a cold "
+                   f"`python -c \"import torch\"` ({result['cold_import_s']:.2f} s here, start to exit) as a "
+                   f"subprocess and a fork ({result['fork_s']:.2f} s for `pass`) with run_python: saving that on "
+                   "every call, and nothing else, gives "
+                   + (f"{result['expected_speedup']}x." if "expected_speedup" in result
+                      else "more than the unchanged run took."))
+        out.append("")
     out.append("| test | unchanged | run_python | unchanged s | run_python s |")
     out.append("| --- | --- | --- | ---: | ---: |")
     for name in sorted(set(plain["per_test"]) | set(fast["per_test"])):

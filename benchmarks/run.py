@@ -741,7 +741,7 @@ def main(argv: list[str] | None = None) -> int:
         if "compile_trigger" in args.parts and args.compile_trigger:
             results["compile_trigger"] = compile_trigger.bench(
                 Path(args.compile_trigger).resolve(), env, work / "compile_trigger", run_pytest, log,
-                warmup=not (args.quick or args.no_warmup))
+                warmup=not (args.quick or args.no_warmup), quick=args.quick)
         elif "compile_trigger" in args.parts:
             log(f"compile_trigger: skipped (no --compile-trigger PATH or ${compile_trigger.ENV})")
     finally:

@@ -93,3 +93,5 @@ def test_quick_run_compares_per_test_outcomes(tmp_path):
         assert ["call", "value=1", "failed"] in entry["per_test"]["Checks::test_matrix"], entry["per_test"]
         assert set(entry["spans_s"]) == {"Checks::test_passes", "Checks::test_fails", "Checks::test_matrix"}
     assert "| `Checks::test_fails` | failed | failed |" in done.stdout
+    assert data["calls"] == 4  # one per plain test, one per subtest
+    assert data["cold_import_s"] > data["fork_s"] > 0

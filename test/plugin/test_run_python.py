@@ -212,6 +212,15 @@ def test_a_zygote_killed_under_a_call_is_an_error_and_is_replaced():
     assert run_python("print('fresh zygote')").stdout == "fresh zygote\n"
 
 
+def test_a_zygote_that_died_between_calls_is_replaced():
+    env = dict(os.environ, NPU_LAZY_BETWEEN_CALLS="1")
+    first = _parent(env=env, preload=["json"])
+    os.kill(first, signal.SIGKILL)
+    assert _gone(first)
+    second = _parent(env=env, preload=["json"])
+    assert second != first
+
+
 def test_concurrent_calls_from_threads():
     results: dict[int, str] = {}
 
