@@ -8,7 +8,9 @@ One run on one machine measures, and prints as a markdown table:
 2. the wall time of the test/dynamo suite against benchmarks/subprocess_suite,
    the same checks written as one ``python -c CODE`` per test;
 3. the import recorder's overhead on ``import torch, torch_npu``;
-4. the test/dynamo suite with ``pytest-xdist -n 2`` against ``-n 0``.
+4. the test/dynamo suite with ``pytest-xdist -n 2`` against ``-n 0``;
+5. torch_npu's test_compile_trigger.py as it is and with its helper calling
+   run_python (benchmarks/compile_trigger.py), when its path is given.
 
 Results go to benchmarks/results/latest.json (not committed; BENCHMARKS.md
 is the committed record). ``--quick`` runs every measurement on tiny inputs,
@@ -33,6 +35,9 @@ if __package__ in (None, ""):  # python benchmarks/run.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 REPO = Path(__file__).resolve().parent.parent
+
+from benchmarks import compile_trigger  # noqa: E402 - after the sys.path fix for `python benchmarks/run.py`
+
 RESULTS = REPO / "benchmarks" / "results"
 SUBPROCESS_SUITE = "benchmarks/subprocess_suite"
 DYNAMO_SUITE = "test/dynamo"
@@ -654,6 +659,8 @@ def markdown(results: dict) -> str:
             out.append(f"| `-n 2 --dist loadfile` | {xdist['n2_loadfile_s']:.1f} | {lf['cpu_s']:.0f} ({lf['cores_busy']:.2f}) |")
             out.append(f"| speedup with `--dist loadfile` | {xdist['speedup_loadfile']:.2f}x | |")
         out.append("")
+    if results.get("compile_trigger"):
+        out.extend(compile_trigger.markdown(results["compile_trigger"]))
     out.append("### Targets")
     out.append("")
     out.append("| figure | value | target | met |")
@@ -674,8 +681,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--per-module", type=int, help="trivial tests per module (default 10)")
     parser.add_argument("--repeats", type=int, help="runs of each cheap trivial variant, pooled (default 3)")
     parser.add_argument("--recorder-runs", type=int, help="fresh imports with and without the recorder (default 15)")
-    parser.add_argument("--only", default="trivial,suite,recorder",
-                        help="comma-separated parts: trivial, suite (with xdist), recorder")
+    parser.add_argument("--only", default="trivial,suite,recorder,compile_trigger",
+                        help="comma-separated parts: trivial, suite (with xdist), recorder, compile_trigger")
+    parser.add_argument("--compile-trigger", default=os.environ.get(compile_trigger.ENV),
+                        help="torch_npu's test/dynamo/test_compile_trigger.py (from Ascend/pytorch), to time as it "
+                             f"is and with its helper calling run_python (default: ${compile_trigger.ENV}; "
+                             "without it, that part is skipped)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="trivial variants to measure")
     parser.add_argument("--forked-venv", default=DEFAULT_FORKED_VENV,
                         help=f"side venv with pytest {FORKED_PYTEST} for pytest-forked (created when missing)")
@@ -727,6 +738,12 @@ def main(argv: list[str] | None = None) -> int:
             results["recorder"] = bench_recorder(args, env)
         if "suite" in args.parts:
             results["suite"], results["xdist"] = bench_suite(args, env)
+        if "compile_trigger" in args.parts and args.compile_trigger:
+            results["compile_trigger"] = compile_trigger.bench(
+                Path(args.compile_trigger).resolve(), env, work / "compile_trigger", run_pytest, log,
+                warmup=not (args.quick or args.no_warmup), quick=args.quick)
+        elif "compile_trigger" in args.parts:
+            log(f"compile_trigger: skipped (no --compile-trigger PATH or ${compile_trigger.ENV})")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     results["load"]["end"] = loadavg()

@@ -6,7 +6,9 @@ the run (spawned children, subprocesses of a test) neither record nor write.
 At the end of the session it writes, as JSON, the moments (time.perf_counter)
 of session start, collection finish, and for each test its
 ``pytest_runtest_logstart`` and ``pytest_runtest_logfinish``, all seen in the
-pytest process (for isolated tests: the controller's process, not the child).
+pytest process (for isolated tests: the controller's process, not the child),
+and per test the outcome of each report that counts (subtests by their
+message and parameters).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ class Timing:
     def __init__(self, path: str) -> None:
         self.path = path
         self.pid = os.getpid()
-        self.data: dict = {"configure": time.perf_counter(), "tests": [], "outcomes": {}}
+        self.data: dict = {"configure": time.perf_counter(), "tests": [], "outcomes": {}, "per_test": {}}
 
     def pytest_sessionstart(self, session) -> None:
         self.data["sessionstart"] = time.perf_counter()
@@ -57,6 +59,11 @@ class Timing:
             else:
                 outcome = report.outcome
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            context = getattr(report, "context", None)  # a subtest's report carries its msg and kwargs
+            label = "" if context is None else " ".join(
+                ([f"[{context.msg}]"] if context.msg is not None else [])
+                + [f"{k}={v}" for k, v in (context.kwargs or {}).items()])
+            self.data["per_test"].setdefault(report.nodeid, []).append([report.when, label, outcome])
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session, exitstatus) -> None:

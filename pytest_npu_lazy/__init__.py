@@ -7,7 +7,7 @@ imports nothing heavy.
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["NpuLazy", "__version__"]
+__all__ = ["NpuLazy", "__version__", "run_python"]
 
 
 def __getattr__(name: str):
@@ -15,4 +15,8 @@ def __getattr__(name: str):
         from .probe import NpuLazy
 
         return NpuLazy
+    if name == "run_python":  # python -c at fork speed; subprocess.run outside a pytest session
+        from .pycall import run_python
+
+        return run_python
     raise AttributeError(name)

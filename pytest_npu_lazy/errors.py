@@ -30,5 +30,9 @@ class ZygoteError(NpuLazyError):
     """A zygote could not be started, refused to fork, or died."""
 
 
+class RunPythonError(NpuLazyError):
+    """run_python could not run a call the way subprocess would (its zygote died, or failed inside a child)."""
+
+
 class NpuLazyWarning(UserWarning):
     """Something the user should know that does not fail a test (what a zygote's preload printed...)."""

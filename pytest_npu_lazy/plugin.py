@@ -78,6 +78,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
     for hidden in hidden_warnings(config.stash[_CANN_KEY]):  # the header says why
         config.addinivalue_line("filterwarnings", hidden.filter)
+
+    from . import pypool
+
+    pypool.activate(config)  # run_python forks from zygotes while this session lasts
+    config.add_cleanup(lambda: pypool.deactivate(config))
     fd = os.environ.pop("PYTEST_NPU_LAZY_CHILD_FD", None)
     if fd is not None:
         from .child import SpawnedSession

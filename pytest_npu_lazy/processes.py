@@ -22,6 +22,18 @@ _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 
 
+_LIBC = None
+
+
+def libc():
+    """The C library, loaded once (find_library would run ldconfig, tens of ms, in every caller)."""
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None, use_errno=True)  # the process's own symbols, libc's among them
+        if not hasattr(_LIBC, "prctl"):  # pragma: no cover - a static or unusual libc
+            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    return _LIBC
+
 
 @contextlib.contextmanager
 def _titles_within_argv() -> Iterator[None]:
@@ -47,9 +59,8 @@ def _prctl(option: int, value) -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(option, value, 0, 0, 0)
-    except OSError:  # pragma: no cover - libc without prctl
+        libc().prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):  # pragma: no cover - libc without prctl
         pass
 
 
@@ -162,3 +173,15 @@ class ChildWatcher:
                 os.close(pidfd)
             ended.append((pid, status))
         return ended
+
+
+def fork_hazard() -> str | None:
+    """Why forking this process now would hand children a broken device runtime (callers add the remedy)."""
+    cuda = sys.modules.get("torch.cuda")
+    if cuda is not None and getattr(cuda, "is_initialized", lambda: False)():
+        return "CUDA was initialised in the zygote (a preload module touched the GPU); a forked child cannot use it"
+    npu = sys.modules.get("torch_npu.npu")
+    if npu is not None and getattr(npu, "is_initialized", lambda: False)():
+        return ("the NPU runtime was initialised in the zygote (a preload module touched the NPU); a forked "
+                "child cannot use it")
+    return None

@@ -30,7 +30,7 @@ from typing import Callable
 from .child import serve_child
 from .errors import NpuLazyWarning, ZygoteError
 from .logs import existing_loggers, quiet_preload_loggers
-from .processes import ChildWatcher, die_with_parent, kill_group, set_title
+from .processes import ChildWatcher, die_with_parent, fork_hazard, kill_group, set_title
 from .protocol import Channel, ChannelClosed, Message, describe_status
 from .recorder import RECORDER
 from .settings import Baseline
@@ -124,7 +124,8 @@ def serve_zygote(channel: Channel, session, baseline: Baseline) -> None:
             return
         hazard = fork_hazard()
         if hazard:
-            channel.send("fork_refused", reason=hazard)
+            channel.send("fork_refused", reason=hazard + ". Keep device work out of the preload baseline, or run "
+                         "the test with @pytest.mark.npu_lazy(isolation='spawn').")
             return
         ours, theirs = Channel.pair()
         pid = os.fork()
@@ -197,21 +198,6 @@ def _run_forked(body, close) -> None:
         traceback.print_exc()
     finally:
         os._exit(code)
-
-
-def fork_hazard() -> str | None:
-    """Why forking this process now would hand children a broken device runtime."""
-    cuda = sys.modules.get("torch.cuda")
-    if cuda is not None and getattr(cuda, "is_initialized", lambda: False)():
-        return ("CUDA was initialised in the zygote (a preload module touched the GPU); a forked child "
-                "cannot use it. Keep device work out of the preload baseline, or run the test with "
-                "@pytest.mark.npu_lazy(isolation='spawn').")
-    npu = sys.modules.get("torch_npu.npu")
-    if npu is not None and getattr(npu, "is_initialized", lambda: False)():
-        return ("the NPU runtime was initialised in the zygote (a preload module touched the NPU); a "
-                "forked child cannot use it. Keep device work out of the preload baseline, or run the "
-                "test with @pytest.mark.npu_lazy(isolation='spawn').")
-    return None
 
 
 def _thread_warnings() -> list[str]:

@@ -4,7 +4,7 @@ torch_npu keeps its deferred-loading checks in its repository (Ascend/pytorch,
 test/dynamo/test_compile_trigger.py: the tests of master, and two more on the
 v2.12.0 branch), each a code string run with ``python -c``. This map says
 which tests here check the same guarantee: docs/torch_npu-tests.md explains
-each row, a test keeps the two in step, and ``python -m benchmarks.compile_trigger``
+each row, a test keeps the two in step, and ``python -m benchmarks.port``
 runs both sides to compare outcomes and time.
 
 Values are test functions of test/dynamo as ``file::function`` (every
