@@ -28,7 +28,8 @@ INI = {
     "npu_lazy_autoload": ("let torch auto-load device backends (TORCH_DEVICE_BACKEND_AUTOLOAD) in zygotes",
                           "bool", False),
     "npu_lazy_timeout": ("seconds an isolated test may run before it is killed (0: no limit)", "string", "0"),
-    "npu_lazy_cann": ("CANN for torch_npu: auto (real if it loads, else the host stub), real, stub or off",
+    "npu_lazy_cann": ("CANN for torch_npu: auto (real if it loads, else the host stub), real, stub, "
+                      "emulate (an emulated NPU: device paths run, kernels do not) or off",
                       "string", "auto"),
 }
 ENV = {
@@ -37,7 +38,7 @@ ENV = {
     "timeout": "PYTEST_NPU_LAZY_TIMEOUT",
     "cann": "PYTEST_NPU_LAZY_CANN",
 }
-CANN_MODES = ("auto", "real", "stub", "off")
+CANN_MODES = ("auto", "real", "stub", "emulate", "off")
 
 MARKER_HELP = (
     "npu_lazy(preload=[...], isolation='fork'|'spawn', autoload=False, timeout=None, block=[...], "
@@ -87,7 +88,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help="kill an isolated test after this many seconds (0: no limit)")
     group.addoption("--npu-lazy-cann", choices=CANN_MODES, default=None,
                     help="CANN for torch_npu: auto (default: real CANN if it loads, else the host stub "
-                         "when torch_npu is installed), real, stub, or off")
+                         "when torch_npu is installed), real, stub, emulate (an emulated NPU: device "
+                         "discovery and initialisation run, kernels are refused), or off")
     group.addoption("--npu-lazy-require-npu", action="store_true", default=False,
                     help="fail the run unless a real NPU device is usable (never test on the stub by accident)")
     for name, (help_text, kind, default) in INI.items():

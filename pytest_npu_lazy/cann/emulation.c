@@ -151,20 +151,63 @@ static size_t allocated_bytes;
 static int next_stream_id = 1;
 static __thread int current_device = -1;
 
-#define CONTEXT_MAGIC 0x6e70756cU /* "npul" */
-#define STREAM_MAGIC 0x73747265U
-#define EVENT_MAGIC 0x6576656eU
-#define BLOCK_MAGIC 0x626c6f63U
 #define BLOCK_HEADER 512 /* keeps every device pointer 512-byte aligned, as torch_npu expects */
 
-struct context { uint32_t magic; int device; };
-struct stream { uint32_t magic; int id; };
-struct event { uint32_t magic; uint32_t flags; int recorded; uint64_t stamp_ns; };
-struct block { uint32_t magic; uint32_t host; size_t size; struct block *next; };
+/* Contexts, streams and events are handles on one list of live objects: a destroyed or
+ * foreign handle is told apart without reading freed memory. */
+enum kind { CONTEXT = 1, STREAM, EVENT };
+struct handle { int kind; struct handle *next; };
+struct context { struct handle h; int device; };
+struct stream { struct handle h; int id; };
+struct event { struct handle h; uint32_t flags; int recorded; uint64_t stamp_ns; };
+struct block { uint32_t host; size_t size; struct block *next; };
 
-static struct context primary_context = {CONTEXT_MAGIC, 0};
+static struct context primary_context = {{CONTEXT, NULL}, 0};
 static __thread struct context *current_context;
+static struct handle *handles;
 static struct block *blocks;
+
+static void *new_handle(int kind, size_t size)
+{
+    struct handle *h = calloc(1, size);
+    if (h != NULL) {
+        h->kind = kind;
+        pthread_mutex_lock(&lock);
+        h->next = handles;
+        handles = h;
+        pthread_mutex_unlock(&lock);
+    }
+    return h;
+}
+
+static int is_live(const void *pointer, int kind)
+{
+    if (pointer == &primary_context)
+        return kind == CONTEXT;
+    int found = 0;
+    pthread_mutex_lock(&lock);
+    for (struct handle *h = handles; h != NULL && !found; h = h->next)
+        found = h == pointer && h->kind == kind;
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
+/* Unlink and free a live handle of this kind; 0 if it was not one. */
+static int drop_handle(void *pointer, int kind)
+{
+    struct handle *found = NULL;
+    pthread_mutex_lock(&lock);
+    for (struct handle **link = &handles; *link != NULL; link = &(*link)->next) {
+        if (*link == pointer && (*link)->kind == kind) {
+            found = *link;
+            *link = found->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    free(found);
+    return found != NULL;
+}
 
 static uint64_t now_ns(void)
 {
@@ -174,8 +217,8 @@ static uint64_t now_ns(void)
 }
 
 static int valid_device(int32_t device) { return device >= 0 && device < NPU_LAZY_DEVICE_COUNT; }
-static int valid_stream(aclrtStream s) { return s == NULL || ((struct stream *)s)->magic == STREAM_MAGIC; }
-static int valid_event(aclrtEvent e) { return e != NULL && ((struct event *)e)->magic == EVENT_MAGIC; }
+static int valid_stream(aclrtStream s) { return s == NULL || is_live(s, STREAM); } /* NULL: the default stream */
+static int valid_event(aclrtEvent e) { return is_live(e, EVENT); }
 
 /* ------------------------------------------------------------------------ init and devices */
 
@@ -327,10 +370,9 @@ EXPORT aclError aclrtCreateContext(aclrtContext *context, int32_t device)
 {
     if (context == NULL || !valid_device(device))
         return reject("aclrtCreateContext", ACL_ERROR_INVALID_PARAM, "bad device or NULL output");
-    struct context *created = calloc(1, sizeof *created);
+    struct context *created = new_handle(CONTEXT, sizeof *created);
     if (created == NULL)
         return done("aclrtCreateContext", ACL_ERROR_RT_MEMORY_ALLOCATION);
-    created->magic = CONTEXT_MAGIC;
     created->device = device;
     *context = created;
     current_context = created;
@@ -340,23 +382,19 @@ EXPORT aclError aclrtCreateContext(aclrtContext *context, int32_t device)
 
 EXPORT aclError aclrtDestroyContext(aclrtContext context)
 {
-    struct context *c = context;
-    if (c == NULL || c->magic != CONTEXT_MAGIC || c == &primary_context)
-        return reject("aclrtDestroyContext", ACL_ERROR_RT_INVALID_HANDLE, "not a context made by aclrtCreateContext");
-    if (current_context == c)
+    if (current_context == context)
         current_context = NULL;
-    c->magic = 0;
-    free(c);
+    if (!drop_handle(context, CONTEXT))
+        return reject("aclrtDestroyContext", ACL_ERROR_RT_INVALID_HANDLE, "not a context made by aclrtCreateContext");
     return done("aclrtDestroyContext", ACL_SUCCESS);
 }
 
 EXPORT aclError aclrtSetCurrentContext(aclrtContext context)
 {
-    struct context *c = context;
-    if (c == NULL || c->magic != CONTEXT_MAGIC)
+    if (!is_live(context, CONTEXT))
         return reject("aclrtSetCurrentContext", ACL_ERROR_RT_INVALID_HANDLE, "not a context");
-    current_context = c;
-    current_device = c->device;
+    current_context = context;
+    current_device = current_context->device;
     return done("aclrtSetCurrentContext", ACL_SUCCESS);
 }
 
@@ -376,10 +414,9 @@ static aclError create_stream(const char *name, aclrtStream *stream)
 {
     if (stream == NULL)
         return reject(name, ACL_ERROR_INVALID_PARAM, "NULL output");
-    struct stream *created = calloc(1, sizeof *created);
+    struct stream *created = new_handle(STREAM, sizeof *created);
     if (created == NULL)
         return done(name, ACL_ERROR_RT_MEMORY_ALLOCATION);
-    created->magic = STREAM_MAGIC;
     pthread_mutex_lock(&lock);
     created->id = next_stream_id++;
     pthread_mutex_unlock(&lock);
@@ -398,11 +435,8 @@ EXPORT aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t priori
 
 static aclError destroy_stream(const char *name, aclrtStream stream)
 {
-    struct stream *s = stream;
-    if (s == NULL || s->magic != STREAM_MAGIC)
-        return reject(name, ACL_ERROR_RT_INVALID_HANDLE, "not a stream");
-    s->magic = 0;
-    free(s);
+    if (!drop_handle(stream, STREAM))
+        return reject(name, ACL_ERROR_RT_INVALID_HANDLE, "not a live stream");
     return done(name, ACL_SUCCESS);
 }
 
@@ -459,10 +493,9 @@ static aclError create_event(const char *name, aclrtEvent *event, uint32_t flags
 {
     if (event == NULL)
         return reject(name, ACL_ERROR_INVALID_PARAM, "NULL output");
-    struct event *created = calloc(1, sizeof *created);
+    struct event *created = new_handle(EVENT, sizeof *created);
     if (created == NULL)
         return done(name, ACL_ERROR_RT_MEMORY_ALLOCATION);
-    created->magic = EVENT_MAGIC;
     created->flags = flags;
     *event = created;
     return done(name, ACL_SUCCESS);
@@ -480,10 +513,8 @@ EXPORT aclError aclrtCreateEventExWithFlag(aclrtEvent *event, uint32_t flag)
 
 EXPORT aclError aclrtDestroyEvent(aclrtEvent event)
 {
-    if (!valid_event(event))
-        return reject("aclrtDestroyEvent", ACL_ERROR_RT_INVALID_HANDLE, "not an event");
-    ((struct event *)event)->magic = 0;
-    free(event);
+    if (!drop_handle(event, EVENT))
+        return reject("aclrtDestroyEvent", ACL_ERROR_RT_INVALID_HANDLE, "not a live event");
     return done("aclrtDestroyEvent", ACL_SUCCESS);
 }
 
@@ -570,7 +601,6 @@ static aclError allocate(const char *name, void **out, size_t size, int host)
     if (over || size > SIZE_MAX - BLOCK_HEADER || posix_memalign(&raw, BLOCK_HEADER, size + BLOCK_HEADER) != 0)
         return reject(name, ACL_ERROR_RT_MEMORY_ALLOCATION, over ? "out of emulated device memory" : "host malloc failed");
     struct block *b = raw;
-    b->magic = BLOCK_MAGIC;
     b->host = (uint32_t)host;
     b->size = size;
     pthread_mutex_lock(&lock);
@@ -599,7 +629,6 @@ static aclError release(const char *name, void *pointer, int host)
     if (b == NULL)
         return reject(name, ACL_ERROR_RT_MEMORY_FREE, host ? "not a pointer from aclrtMallocHost"
                                                            : "not a live pointer from aclrtMalloc");
-    b->magic = 0;
     free(b);
     return done(name, ACL_SUCCESS);
 }
