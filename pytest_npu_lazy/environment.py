@@ -94,6 +94,8 @@ def npu_missing_reason(cann: CannStatus, emulated_ok: bool = False) -> str | Non
             return None
         return f"needs a real NPU device: running on the emulated NPU ({cann.version}), which cannot run kernels"
     if cann.active == "stub":
+        if emulated_ok:
+            return "needs an NPU device, real or emulated (--npu-lazy-cann=emulate): running on the CANN host stub"
         return "needs a real NPU device: running on the CANN host stub - no NPU device"
     if cann.active == "off":
         return "needs a real NPU device: CANN is off (--npu-lazy-cann=off)"

@@ -268,6 +268,7 @@ def test_emulated_tests_skip_on_the_stub(run_pytest, pytester, without_inherited
     pytester.makepyfile(test_isolated=ISOLATED)
     run = run_pytest("-rs", "--npu-lazy-cann=stub")
     assert set(run.outcomes.values()) == {"skipped"}, run.text()
+    assert "needs an NPU device, real or emulated (--npu-lazy-cann=emulate): running on the CANN host stub" in run.text()
 
 
 def test_emulation_is_not_a_real_npu_for_require_npu(run_pytest, pytester, without_inherited_stub):
