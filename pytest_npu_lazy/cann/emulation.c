@@ -8,8 +8,9 @@
  * stderr and returns an error that torch_npu raises. Calls that are neither emulated nor
  * refused fail with ACL_ERROR_RT_FEATURE_NOT_SUPPORT through npu_lazy_emulation_unsupported().
  *
- * Every call reports "name -> result" when the trace variable is set: "1" writes to stderr,
- * a path starting with "/" appends to that file (one write per line, so processes can share it).
+ * Every call reports "[pid N]: name -> result" when the trace variable is set: "1" writes to
+ * stderr, a path starting with "/" appends to that file (one write per line, so processes can
+ * share it, and the pid tells them apart).
  *
  * The ACL signatures follow CANN's public headers (acl/acl_rt.h, acl/acl_base_rt.h). This
  * file is compiled by pytest_npu_lazy.cann.build into its own library, which every stub
@@ -81,7 +82,8 @@ static void trace(const char *name, const char *result)
     int fd = trace_fd();
     if (fd >= 0) {
         char line[512];
-        snprintf(line, sizeof line, "pytest-npu-lazy CANN emulation: %s -> %s\n", name, result);
+        snprintf(line, sizeof line, "pytest-npu-lazy CANN emulation [pid %ld]: %s -> %s\n", (long)getpid(), name,
+                 result);
         write_line(fd, line);
     }
 }
@@ -126,8 +128,10 @@ EXPORT long npu_lazy_emulation_refuse(const char *name, const char *what)
              "(pytest-npu-lazy --npu-lazy-cann=emulate)", name, what);
     snprintf(line, sizeof line, "pytest-npu-lazy: %s\n", last_message);
     write_line(2, line);
-    if (trace_fd() > 2)
+    if (trace_fd() > 2) {
+        snprintf(line, sizeof line, "pytest-npu-lazy CANN emulation [pid %ld]: %s\n", (long)getpid(), last_message);
         write_line(trace_fd(), line);
+    }
     return ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT;
 }
 

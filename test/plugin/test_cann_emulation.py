@@ -170,14 +170,18 @@ answer["again"] = message()
 
 def test_trace_logs_every_call_with_its_result(emulated, tmp_path):
     trace = tmp_path / "trace.log"
-    acl(emulated, """
+    got = acl(emulated, """
+answer["pid"] = os.getpid()
 acl.aclrtGetDeviceCount(byref(c_uint32()))
 acl.aclrtSetDevice(3)
 acl.aclmdlInitDump()
 acl.aclrtGetSocName()
 acl.rtKernelLaunch()
 """, **{cann.ENV_TRACE: str(trace)})
-    lines = [line.split(": ", 1)[1] for line in trace.read_text().splitlines()]
+    prefix = f"pytest-npu-lazy CANN emulation [pid {got['pid']}]: "
+    lines = trace.read_text().splitlines()
+    assert all(line.startswith(prefix) for line in lines), lines
+    lines = [line[len(prefix):] for line in lines]
     assert lines[:4] == [
         "aclrtGetDeviceCount -> 0",
         "aclrtSetDevice -> 107001",
