@@ -232,6 +232,7 @@ def test_a_initialises_and_keeps_memory(npu_lazy):
     import torch, torch_npu
     assert not torch_npu.npu.is_initialized()
     assert torch.npu.is_available() and torch.npu.device_count() == 1
+    assert npu_lazy.device == "cpu"  # available, but it runs no kernels
     kept = torch.arange(1024.).to("npu")
     free, total = torch.npu.mem_get_info()
     assert total - free >= kept.numel() * 4
@@ -266,6 +267,15 @@ def test_emulate_mode_runs_device_paths_in_fresh_children_and_says_so(run_pytest
     assert f"running on the emulated NPU ({MODEL.soc_name}), which cannot run kernels" in run.text()
     environment = json.loads((pytester.path / "report.json").read_text())["environment"]
     assert environment["cann_mode"] == "emulate" and environment["cann"].startswith(expected)
+
+
+def test_a_shared_process_would_be_caught(run_pytest, pytester, without_inherited_stub):
+    """The fresh-device check is not vacuous: without isolation, b sees what a left behind."""
+    pytester.makepyfile(test_isolated=ISOLATED)
+    run = run_pytest("--npu-lazy-cann=emulate", "--npu-lazy-isolate=off")
+    assert run.outcomes["test_isolated.py::test_a_initialises_and_keeps_memory"] == "passed", run.text()
+    assert run.outcomes["test_isolated.py::test_b_starts_from_a_fresh_device"] == "failed"
+    assert "assert not torch_npu.npu.is_initialized()" in run.report("test_b_starts_from_a_fresh_device", "call")["longrepr"]
 
 
 def test_emulated_tests_skip_on_the_stub(run_pytest, pytester, without_inherited_stub):
