@@ -317,3 +317,12 @@ def test_matrix_tells_the_emulation_from_the_stub():
     emulated = CannStatus("emulate", "emulate", MODEL.soc_name, "/cache/emulated", "emulated NPU")
     labels = [environment_label(describe(status).to_dict()) for status in (stub, emulated)]
     assert labels[0].endswith("/ CANN stub") and labels[1].endswith(f"/ CANN emulate {MODEL.soc_name}")
+
+
+def test_command_line_lists_the_emulation(emulated, stub_cache, capsys):  # noqa: F811
+    assert cann.main(["--emulate", "--cache-dir", str(stub_cache), "--json"]) == 0
+    [report] = json.loads(capsys.readouterr().out)
+    assert report["build"]["ok"] and report["build"]["stub_dir"] == str(emulated)
+    assert report["emulation"]["model"]["soc_name"] == MODEL.soc_name
+    assert "aclrtSetDevice" in report["emulation"]["emulated"] and "rtKernelLaunch" in report["emulation"]["refused"]
+    assert "aclrtSetDevice" not in report["emulation"]["not_emulated"]
