@@ -150,7 +150,6 @@ EXPORT long npu_lazy_emulation_unsupported(const char *name, long result)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int initialised;
-static int device_opened;           /* aclrtSetDevice calls not yet matched by aclrtResetDevice */
 static size_t allocated_bytes;
 static int next_stream_id = 1;
 static __thread int current_device = -1;
@@ -257,9 +256,6 @@ EXPORT aclError aclrtSetDevice(int32_t device)
 {
     if (!valid_device(device))
         return reject("aclrtSetDevice", ACL_ERROR_RT_INVALID_DEVICEID, "the emulated NPU has device 0 only");
-    pthread_mutex_lock(&lock);
-    device_opened++;
-    pthread_mutex_unlock(&lock);
     current_device = device;
     current_context = &primary_context;
     return done("aclrtSetDevice", ACL_SUCCESS);
@@ -279,10 +275,6 @@ EXPORT aclError aclrtResetDevice(int32_t device)
 {
     if (!valid_device(device))
         return reject("aclrtResetDevice", ACL_ERROR_RT_INVALID_DEVICEID, "the emulated NPU has device 0 only");
-    pthread_mutex_lock(&lock);
-    if (device_opened > 0)
-        device_opened--;
-    pthread_mutex_unlock(&lock);
     if (current_device == device) {
         current_device = -1;
         current_context = NULL;
