@@ -14,7 +14,6 @@ outcomes (subtests included) must be identical.
 from __future__ import annotations
 
 import ast
-import os
 import statistics
 import subprocess
 import sys

@@ -571,7 +571,7 @@ def markdown(results: dict) -> str:
     out.append("")
     trivial = results.get("trivial")
     if trivial:
-        out.append(f"### 1. Marginal cost per trivial test")
+        out.append("### 1. Marginal cost per trivial test")
         out.append("")
         repeats = max((e.get("runs", 1) for e in trivial["variants"].values()), default=1)
         out.append(f"{trivial['tests']} tests (spawn and subprocess: {trivial['slow_tests']}) in modules of "

@@ -15,7 +15,11 @@ import pytest
 
 from .cann import CannStatus, npu_device_usable
 
-REQUIRES_NPU_HELP = "requires_npu: the test needs a real NPU device; it skips, saying why, on the CANN host stub."
+REQUIRES_NPU_HELP = (
+    "requires_npu(emulated=False): the test needs a real NPU device; it skips, saying why, on the CANN host "
+    "stub. emulated=True: device discovery and initialisation are enough, so the emulated NPU "
+    "(--npu-lazy-cann=emulate) runs it too; a real NPU runner runs it for real."
+)
 
 
 def _version(distribution: str) -> str | None:
@@ -102,6 +106,8 @@ def describe(cann: CannStatus, npu_checked: tuple[bool, str] | None = None) -> E
             device = "npu if torch_npu sees one (--npu-lazy-require-npu checks it)"
         else:
             device = "npu" if npu_checked[0] else f"cpu ({npu_checked[1]})"
+    elif cann.active == "emulate":
+        device = f"npu (emulated {cann.version}: device paths run, kernels do not)"
     elif torch and "+cpu" not in torch:
         device = "cuda if a GPU is visible, else cpu"
     else:
@@ -115,9 +121,15 @@ def describe(cann: CannStatus, npu_checked: tuple[bool, str] | None = None) -> E
     )
 
 
-def npu_missing_reason(cann: CannStatus) -> str | None:
-    """Why a test that needs a real NPU device must skip, without importing torch_npu here."""
+def npu_missing_reason(cann: CannStatus, emulated_ok: bool = False) -> str | None:
+    """Why a test that needs a real NPU device (or, with emulated_ok, any NPU) must skip, without importing torch_npu."""
+    if cann.active == "emulate":
+        if emulated_ok:
+            return None
+        return f"needs a real NPU device: running on the emulated NPU ({cann.version}), which cannot run kernels"
     if cann.active == "stub":
+        if emulated_ok:
+            return "needs an NPU device, real or emulated (--npu-lazy-cann=emulate): running on the CANN host stub"
         return "needs a real NPU device: running on the CANN host stub - no NPU device"
     if cann.active == "off":
         return "needs a real NPU device: CANN is off (--npu-lazy-cann=off)"
@@ -136,9 +148,9 @@ class NpuGate:
     def pytest_configure(self, config: pytest.Config) -> None:
         config.addinivalue_line("markers", REQUIRES_NPU_HELP)
 
-    def missing_reason(self) -> str | None:
-        reason = npu_missing_reason(self.cann)
-        if reason is None:
+    def missing_reason(self, emulated_ok: bool = False) -> str | None:
+        reason = npu_missing_reason(self.cann, emulated_ok)
+        if reason is None and self.cann.active != "emulate":
             if self.answer is None:
                 self.answer = npu_device_usable()  # in a subprocess: never initialise an NPU here
             reason = None if self.answer[0] else f"needs a real NPU device: {self.answer[1]}"
@@ -152,7 +164,12 @@ class NpuGate:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: pytest.Item) -> None:
-        if item.get_closest_marker("requires_npu") is not None:
-            reason = self.missing_reason()
+        marker = item.get_closest_marker("requires_npu")
+        if marker is not None:
+            emulated_ok = marker.kwargs.get("emulated", False)
+            if not isinstance(emulated_ok, bool) or marker.args or set(marker.kwargs) - {"emulated"}:
+                pytest.fail(f"requires_npu takes only emulated=True or emulated=False, got args {marker.args} "
+                            f"and kwargs {marker.kwargs}", pytrace=False)
+            reason = self.missing_reason(emulated_ok)
             if reason is not None:
                 raise pytest.skip.Exception(reason, _use_item_location=True)

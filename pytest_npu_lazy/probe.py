@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import linecache
+import os
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -435,10 +436,15 @@ class NpuLazy:
     # -- environment ----------------------------------------------------------
     @property
     def device(self) -> str:
-        """"npu" with a usable NPU, else "cuda" if available, else "cpu"."""
+        """"npu" with a usable NPU, else "cuda" if available, else "cpu".
+
+        The emulated NPU (--npu-lazy-cann=emulate) is available but runs no kernels: "cpu" there.
+        """
         import torch
 
-        if "torch_npu" in sys.modules and torch.npu.is_available():
+        from .cann.common import ENV_MODE
+
+        if "torch_npu" in sys.modules and os.environ.get(ENV_MODE) != "emulate" and torch.npu.is_available():
             return "npu"
         if torch.cuda.is_available():
             return "cuda"

@@ -30,7 +30,8 @@ INI = {
                           "(default: off where a zygote preloads modules, untouched where it preloads none)",
                           "bool", None),
     "npu_lazy_timeout": ("seconds an isolated test may run before it is killed (0: no limit)", "string", "0"),
-    "npu_lazy_cann": ("CANN for torch_npu: auto (real if it loads, else the host stub), real, stub or off",
+    "npu_lazy_cann": ("CANN for torch_npu: auto (real if it loads, else the host stub), real, stub, "
+                      "emulate (an emulated NPU: device paths run, kernels do not) or off",
                       "string", "auto"),
 }
 ENV = {
@@ -39,7 +40,7 @@ ENV = {
     "timeout": "PYTEST_NPU_LAZY_TIMEOUT",
     "cann": "PYTEST_NPU_LAZY_CANN",
 }
-CANN_MODES = ("auto", "real", "stub", "off")
+CANN_MODES = ("auto", "real", "stub", "emulate", "off")
 
 MARKER_HELP = (
     "npu_lazy(preload=[...], isolation='fork'|'spawn', autoload=False, timeout=None, block=[...], "
@@ -105,9 +106,10 @@ def add_options(parser: pytest.Parser) -> None:
                     help=f"kill an isolated test after this many seconds (0: no limit); env {ENV['timeout']}")
     group.addoption("--npu-lazy-cann", choices=CANN_MODES, default=None,
                     help="CANN for torch_npu: auto (default: real CANN if it loads, else the host stub "
-                         f"when torch_npu is installed), real, stub, or off; env {ENV['cann']}. The stub is "
-                         f"built in {ENV_CACHE} (default ~/.cache/pytest-npu-lazy); {ENV_TRACE}=1 "
-                         "makes it log each call to stderr")
+                         f"when torch_npu is installed), real, stub, emulate (an emulated NPU: device "
+                         f"discovery and initialisation run, kernels are refused), or off; env {ENV['cann']}. "
+                         f"Stub and emulation are built in {ENV_CACHE} (default ~/.cache/pytest-npu-lazy); "
+                         f"{ENV_TRACE}=1 makes them log each call to stderr")
     group.addoption("--npu-lazy-require-npu", action="store_true", default=False,
                     help="fail the run unless a real NPU device is usable (never test on the stub by accident)")
     for name, (help_text, kind, default) in INI.items():

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .analysis import StubSpec, analyse, analyse_wheel
 from .build import build_stub
-from .common import CannError
+from .common import MANIFEST_NAME, CannError
 from .elf import _read_elf_path
 
 # --------------------------------------------------------------------------- command line
@@ -29,7 +29,7 @@ def _missing_exports(spec: StubSpec, stub_dir: Path) -> list[str]:
     return problems
 
 
-def _report(spec: StubSpec, build: str | os.PathLike | None, do_build: bool) -> dict:
+def _report(spec: StubSpec, build: str | os.PathLike | None, do_build: bool, emulate: bool = False) -> dict:
     result = {
         "source": spec.source,
         "torch_npu_version": spec.torch_npu_version,
@@ -50,9 +50,12 @@ def _report(spec: StubSpec, build: str | os.PathLike | None, do_build: bool) -> 
         with tempfile.TemporaryDirectory(prefix="npu-lazy-cann-") as scratch:
             started = time.perf_counter()
             try:
-                stub_dir = build_stub(spec, build if build is not None else scratch)
+                stub_dir = build_stub(spec, build if build is not None else scratch, emulate=emulate)
                 seconds = time.perf_counter() - started
-                problems = _missing_exports(spec, stub_dir)
+                problems = [] if emulate else _missing_exports(spec, stub_dir)
+                if emulate:
+                    manifest = json.loads((stub_dir / MANIFEST_NAME).read_text())
+                    result["emulation"] = manifest["emulation"]
                 result["build"] = {
                     "ok": not problems,
                     "seconds": round(seconds, 3),
@@ -86,6 +89,12 @@ def _print_report(report: dict) -> None:
             print(f"  build: ok in {build['seconds']:.3f} s ({'cold' if build['cold'] else 'cache'}){where}")
         else:
             print(f"  build: FAILED after {build['seconds']:.3f} s: {build.get('error') or build['problems'][:5]}")
+    emulated = report.get("emulation")
+    if emulated:
+        print(f"  emulated NPU {emulated['model']['soc_name']}: {len(emulated['emulated'])} calls emulated, "
+              f"{len(emulated['refused'])} refused (need the device to compute), "
+              f"{len(emulated['not_emulated'])} not emulated; trace with PYTEST_NPU_LAZY_CANN_TRACE=1")
+        print(f"    emulated: {', '.join(emulated['emulated'])}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wheel", action="append", default=[], help="analyse this .whl instead (repeatable)")
     parser.add_argument("--build", action="store_true", help="also compile the stub (cold, temp dir) and time it")
     parser.add_argument("--cache-dir", help="build into this cache instead of a throwaway directory")
+    parser.add_argument("--emulate", action="store_true",
+                        help="build the emulated NPU instead of the stub (implies --build) and list what it emulates")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = parser.parse_args(argv)
     reports = []
@@ -105,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for spec in specs:
-        reports.append(_report(spec, args.cache_dir, args.build))
+        reports.append(_report(spec, args.cache_dir, args.build or args.emulate, args.emulate))
         if not args.json:
             _print_report(reports[-1])
     if args.json:

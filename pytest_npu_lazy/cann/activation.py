@@ -14,6 +14,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from . import emulation
 from .analysis import StubSpec, _default_library_dirs, _ld_cache, _package_dir, analyse
 from .build import (
     _LOADED,
@@ -42,8 +43,8 @@ class CannStatus:
     """What activate() did, in a form the plugin can print and hand to child processes."""
 
     requested: str
-    active: str  # "real" | "stub" | "off" | "absent"
-    version: str | None
+    active: str  # "real" | "stub" | "emulate" | "off" | "absent"
+    version: str | None  # real CANN's release; under "emulate", the emulated Ascend model
     stub_dir: str | None
     detail: str
     location: str | None = None  # real CANN's toolkit directory
@@ -54,9 +55,11 @@ class CannStatus:
 
     def header(self) -> str:
         """One line for pytest's report header; the stub always says it is one."""
+        counts = f"{self.sonames} sonames, {self.symbols} symbols"
         if self.active == "stub":
-            counts = f"{self.sonames} sonames, {self.symbols} symbols"
             return f"CANN: host stub - no NPU device ({counts}; {self.stub_dir})"
+        if self.active == "emulate":
+            return f"CANN: emulated NPU ({self.version}) - device paths run, kernels do not ({counts}; {self.stub_dir})"
         if self.active == "real":
             return f"CANN: {self.version or 'version unknown'} ({self.location})"
         if self.active == "off":
@@ -69,7 +72,7 @@ class CannStatus:
         LD_LIBRARY_PATH lets even a child that never imports this plugin (a bare
         `python -c "import torch_npu"`) find the same libraries by soname.
         """
-        env = {ENV_MODE: self.active if self.active in ("real", "stub", "off") else self.requested}
+        env = {ENV_MODE: self.active if self.active in ("real", "stub", "emulate", "off") else self.requested}
         if self.cache_dir:
             env[ENV_CACHE] = self.cache_dir
         if self.library_dirs:
@@ -226,26 +229,31 @@ def _activate_real(mode: str, spec: StubSpec, cache_root: Path) -> CannStatus | 
     )
 
 
-def _activate_stub(mode: str, spec: StubSpec, cache_root: Path, why: str) -> CannStatus:
+def _activate_stub(mode: str, spec: StubSpec, cache_root: Path, why: str, emulate: bool = False) -> CannStatus:
     if "torch" in sys.modules:
+        what = "the emulated NPU" if emulate else "the CANN host stub"
         raise CannError(
-            "the CANN host stub must be loaded before torch is imported, but torch is already imported. "
+            f"{what} must be loaded before torch is imported, but torch is already imported. "
             "Load the plugin first (it is loaded through its pytest11 entry point, or pass -p npu_lazy) "
             "and move any `import torch` out of code that runs before it (conftest.py plugins, sitecustomize)."
         )
-    stub_dir = build_stub(spec, cache_root)
+    stub_dir = build_stub(spec, cache_root, emulate=emulate)
     load_stub(stub_dir)
-    detail = f"every CANN call fails with {NO_DEVICE_ERROR} ({why})"
-    return _stub_status(mode, stub_dir, detail, len(spec.libraries), spec.symbol_count, cache_root)
+    if emulate:
+        detail = f"{emulation.MODEL.describe()}; compute calls are refused ({why})"
+    else:
+        detail = f"every CANN call fails with {NO_DEVICE_ERROR} ({why})"
+    return _stub_status(mode, stub_dir, detail, len(spec.libraries), spec.symbol_count, cache_root, emulate)
 
 
-def _stub_status(mode: str, stub_dir: Path, detail: str, sonames: int, symbols: int, cache_root: Path) -> CannStatus:
+def _stub_status(mode: str, stub_dir: Path, detail: str, sonames: int, symbols: int, cache_root: Path,
+                 emulate: bool = False) -> CannStatus:
     return CannStatus(
         requested=mode,
-        active="stub",
-        version=None,
+        active="emulate" if emulate else "stub",
+        version=emulation.MODEL.soc_name if emulate else None,
         stub_dir=str(stub_dir),
-        detail=f"CANN host stub, no NPU device: {detail}",
+        detail=f"emulated NPU: {detail}" if emulate else f"CANN host stub, no NPU device: {detail}",
         sonames=sonames,
         symbols=symbols,
         cache_dir=str(cache_root),
@@ -266,16 +274,18 @@ def _mapped_stub_dir() -> Path | None:
 def _already_imported(mode: str, cache_root: Path) -> CannStatus:
     """torch_npu got in first (e.g. a child inheriting LD_LIBRARY_PATH): report what it runs on."""
     stub_dir = _mapped_stub_dir()
-    if stub_dir is not None and mode != "real":
-        manifest = _read_manifest(stub_dir)
-        detail = f"torch_npu was already imported with the stub in {stub_dir}"
-        return _stub_status(mode, stub_dir, detail, len(manifest["libraries"]), manifest["total_symbols"], cache_root)
-    if stub_dir is None and mode != "stub":
+    manifest = _read_manifest(stub_dir) if stub_dir is not None else {}
+    emulated = "emulation" in manifest
+    if stub_dir is not None and mode in ("auto", "emulate" if emulated else "stub"):
+        detail = f"torch_npu was already imported with the {'emulation' if emulated else 'stub'} in {stub_dir}"
+        return _stub_status(mode, stub_dir, detail, len(manifest["libraries"]), manifest["total_symbols"], cache_root,
+                            emulated)
+    if stub_dir is None and mode not in ("stub", "emulate"):
         root = _toolkit_root({})
         version = _cann_version([root] if root else [])
         detail = "torch_npu was already imported, with the CANN of the environment"
         return CannStatus(mode, "real", version, None, detail, location=root, cache_dir=str(cache_root))
-    running = "the CANN host stub" if stub_dir else "real CANN"
+    running = ("the emulated NPU" if emulated else "the CANN host stub") if stub_dir else "real CANN"
     raise CannError(
         f"torch_npu was imported before CANN could be activated and runs on {running}, not on what "
         f"mode {mode!r} asks for; load the plugin before anything imports torch or torch_npu."
@@ -305,8 +315,8 @@ def _activate(mode: str, cache_root: Path) -> CannStatus:
     if "torch_npu" in sys.modules:
         return _already_imported(mode, cache_root)
     spec = _installed_spec(package_dir, cache_root)
-    if mode == "stub":
-        return _activate_stub(mode, spec, cache_root, "requested with mode 'stub'")
+    if mode in ("stub", "emulate"):
+        return _activate_stub(mode, spec, cache_root, f"requested with mode {mode!r}", emulate=mode == "emulate")
     outcome = _activate_real(mode, spec, cache_root)
     if isinstance(outcome, CannStatus):
         return outcome

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-MODES = ("auto", "real", "stub", "off")
+MODES = ("auto", "real", "stub", "emulate", "off")
 
 # Bump whenever the analysis or the generated C changes: it is part of every cache key.
 GENERATOR_VERSION = "1"
