@@ -71,6 +71,48 @@ PORTED: dict[str, tuple[str, ...]] = {
         "test_inductor_setup.py::test_inductor_patches_wait_for_the_inductor_setup_and_then_all_hold",
         "test_inductor_setup.py::test_inductor_triton_backend_patches_on_a_device",
     ),
+    "test_npu_export_public_entry_and_import_order_matrix": (
+        "test_export.py::test_npu_export_public_entry_and_import_order_matrix",
+    ),
+    "test_npu_export_capture_semantics_matrix": (
+        "test_export.py::test_npu_export_capture_semantics_matrix",
+    ),
+    "test_npu_onnx_dynamo_export_initialization_chain": (
+        "test_export.py::test_npu_onnx_dynamo_export_initialization_chain",
+    ),
+    "test_invalid_inductor_arguments_fail_without_npu_initialization": (
+        "test_backend_scope.py::test_invalid_inductor_arguments_fail_without_npu_initialization",
+    ),
+    "test_npu_backend_scope_restores_env_after_entry_failure": (
+        "test_backend_scope.py::test_npu_backend_scope_restores_env_after_entry_failure",
+        "test_backend_scope.py::test_npu_backend_scope_sets_env_inside_and_restores_on_exit",
+    ),
+    "test_shape_handling_initializes_before_backend_selection": (
+        "test_backend_scope.py::test_shape_handling_initializes_before_backend_selection",
+        "test_backend_scope.py::test_mlir_backend_selection_completes_on_npu",
+    ),
+    "test_shape_handling_backend_load_is_deferred_until_first_call": (
+        "test_wrapper.py::test_wrapper_runs_dynamo_setup_only",
+        "test_backend_scope.py::test_shape_handling_backend_load_is_deferred_until_first_call",
+    ),
+    "test_non_inductor_compile_backend_matrix": (
+        "test_non_inductor_backends.py::test_non_inductor_compile_backend_matrix",
+        "test_non_inductor_backends.py::test_npu_backend_without_a_device_sets_up_no_inductor",
+        "test_non_inductor_backends.py::test_non_inductor_backends_on_npu",
+    ),
+    "test_has_triton_preserves_target_device_semantics": (
+        "test_patch_inventory.py::test_has_triton_preserves_target_device_semantics",
+        "test_patch_inventory.py::test_has_triton_without_the_triton_package",
+        "test_patch_inventory.py::test_has_triton_counts_a_triton_cpu_by_default",
+    ),
+    "test_dynamo_patch_inventory_is_preserved": (
+        "test_patch_inventory.py::test_dynamo_patch_inventory_is_preserved",
+        "test_patch_inventory.py::test_master_dynamo_patches",
+        "test_patch_inventory.py::test_npu_device_interface_counts_devices",
+    ),
+    "test_public_lazy_setup_recovers_after_fork": (
+        "test_fork_recovery.py::test_public_lazy_setup_recovers_after_fork",
+    ),
     # v2.12.0 branch only
     "test_inductor_backend_load_is_deferred_until_first_call": (
         "test_wrapper.py::test_wrapper_runs_dynamo_setup_only",

@@ -65,7 +65,8 @@ def test_reset_reaches_graph_trees_only_when_loaded(npu_lazy, monkeypatch, order
 
 def test_first_npugraphs_call_sets_up_inductor_then_needs_the_device(npu_lazy):
     """On the host stub the chain runs up to the graph capture, which needs an NPU: the Inductor set-up
-    ran in the first call and the error is the device's, not a missing set-up."""
+    ran in the first call and the error is the device's, not a missing set-up. Where a device answers
+    (a real one, or the emulated NPU with CPU tensors) the call completes and matches eager."""
     import torch
 
     with npu_lazy.phase("wrap"):
@@ -74,7 +75,7 @@ def test_first_npugraphs_call_sets_up_inductor_then_needs_the_device(npu_lazy):
     npu_lazy.assert_not_loaded("torch_npu._inductor", GRAPH_TREES)
     x = torch.randn(8, device=npu_lazy.device)
     with npu_lazy.phase("first_call"):
-        if npu_lazy.device == "npu":
+        if torch.npu.is_available():  # a real or an emulated device: the graph capture itself can start
             torch.testing.assert_close(compiled(x), torch.sin(x) + 1)
         else:
             with pytest.raises(Exception, match="aclInit|207004"):
