@@ -31,7 +31,7 @@ def _plugin_env_vars() -> set[str]:
     """Every PYTEST_NPU_LAZY_* variable the plugin's code names, but the one it sets for its own children."""
     package = Path(__file__).resolve().parents[2] / "pytest_npu_lazy"
     names = set()
-    for source in package.glob("*.py"):
+    for source in package.rglob("*.py"):
         names.update(re.findall(r"PYTEST_NPU_LAZY_[A-Z_]+", source.read_text()))
     return names - {"PYTEST_NPU_LAZY_CHILD_FD"}
 

@@ -47,7 +47,8 @@ def modules_dir(tmp_path):
     """A directory for preload modules, and an environment that puts it on PYTHONPATH."""
     folder = tmp_path / "mods"
     folder.mkdir()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")]))
+    # no empty entry: an empty PYTHONPATH entry means the working directory, which makes the zygote per-directory
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")])))
     return folder, env
 
 
