@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from . import budget
-from .schema import (DEFAULT_WATCH, ReportError, document, load_baseline, result_entry, violation_from_text, write_json,
+from .schema import (DEFAULT_WATCH, ReportError, document, load_baseline, relative_paths, result_entry,
+                     violation_from_text, write_json,
                      write_text)
 
 _WATCH_HELP = ("modules the reports follow: in which phase each first loaded, and through which import chain "
@@ -256,7 +257,15 @@ class Reporter:
         from . import __version__
 
         run["plugin_version"] = __version__
-        return document(self.environment(), run, [r.entry(with_modules) for r in self.results.values()])
+        return relative_paths(document(self.environment(), run, [r.entry(with_modules) for r in self.results.values()]),
+                              self.path_roots())
+
+    def path_roots(self) -> list[str]:
+        """The directories that reports name paths relative to: the CANN stub's cache root, then the rootdir."""
+        from .plugin import _CANN_KEY
+
+        cann = self.config.stash.get(_CANN_KEY, None)
+        return [root for root in (getattr(cann, "cache_dir", None), str(self.config.rootpath)) if root]
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if not self._reporting():
@@ -275,7 +284,8 @@ class Reporter:
             summaries = {r.nodeid: r.summary for r in self.results.values() if r.summary is not None}
             outputs.append((option.npu_lazy_save_baseline, "import budget baseline",
                             lambda: write_json(option.npu_lazy_save_baseline,
-                                               budget.baseline_document(self.environment(), self.watch, summaries))))
+                                               relative_paths(budget.baseline_document(self.environment(), self.watch, summaries),
+                                                              self.path_roots()))))
         for path, what, write in outputs:
             try:
                 write()

@@ -122,6 +122,24 @@ def document(environment: dict, run: dict, tests: list[dict]) -> dict:
     }
 
 
+def relative_paths(value: Any, roots: list[str]) -> Any:
+    """``value`` with every absolute path under one of ``roots`` written relative to that root ("." for a
+    root itself), so that a report committed or shared names no machine's directories. Roots are tried in
+    the order given (the most specific first); strings, lists and dicts are rewritten, the rest kept."""
+    if isinstance(value, dict):
+        return {key: relative_paths(item, roots) for key, item in value.items()}
+    if isinstance(value, list):
+        return [relative_paths(item, roots) for item in value]
+    if not isinstance(value, str):
+        return value
+    for root in roots:
+        root = root.rstrip(os.sep)
+        if root:
+            value = re.sub(re.escape(root) + r"(?:" + re.escape(os.sep) + r"|(?![\w.-]))",
+                           lambda match: "" if match.group(0).endswith(os.sep) else ".", value)
+    return value
+
+
 def write_json(path: str | os.PathLike, data: Any) -> None:
     """Write atomically: a reader (or a crash) never sees half a file."""
     write_text(path, json.dumps(data, indent=1) + "\n")

@@ -263,3 +263,20 @@ def test_collect_phase_excludes_the_wait_for_the_previous_test(pytester, run_pyt
     html = (pytester.path / "report.html").read_text()
     shown = re.search(r'test_2_collected_meanwhile <span class="num">\(([\d.]+) (ms|s) in the fork child\)', html)
     assert shown is not None and (shown[2] == "ms" or float(shown[1]) < 1.0), shown and shown[0]
+
+
+def test_json_report_names_no_absolute_directory_of_this_machine(suite, run_pytest):
+    """Reports get committed and shared: paths in them are relative to the rootdir, and the CANN stub's
+    directory relative to its cache root, even when the command line names absolute paths."""
+    out = suite.path / "out" / "report.json"
+    run = run_pytest(f"--npu-lazy-json={out}", "-k", "import_ok")
+    assert run.result.ret == pytest.ExitCode.OK, run.text()
+    text = out.read_text()
+    report = json.loads(text)
+    assert str(suite.path) not in text, text
+    assert report["run"]["rootdir"] == "."
+    assert "--npu-lazy-json=out/report.json" in report["run"]["args"]
+    cann = report["environment"]["cann"]
+    if report["environment"]["cann_mode"] in ("stub", "emulate"):
+        assert "; cann-" in cann or "; emulated-" in cann, cann
+        assert "/" not in cann.rsplit(";", 1)[-1], cann
