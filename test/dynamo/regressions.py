@@ -19,17 +19,22 @@ import pytest
 ENV = "NPU_LAZY_REGRESSION"
 
 
-def failure_of(guarantee: Callable, *args) -> str:
-    """The full text of the failure a guarantee test's body raises, notes included; fails if it passes."""
-    with pytest.raises(BaseException) as excinfo:  # noqa: PT011 - the caller checks what the text says
+def caught(guarantee, *args, says=()) -> str:
+    """Run a guarantee test's body with a regression installed: it must fail, saying each of ``says``.
+
+    Returns the whole failure text (notes included) for further checks.
+    """
+    try:
         guarantee(*args)
-    return "".join(traceback.format_exception(excinfo.value))
-
-
-def assert_says(text: str, *fragments: str) -> None:
-    """The failure names every fragment (module or function, phase, code location)."""
-    missing = [fragment for fragment in fragments if fragment not in text]
-    assert not missing, f"the failure does not say {missing}:\n{text}"
+    except pytest.skip.Exception as exc:
+        raise AssertionError(f"{guarantee.__name__} skipped under the regression instead of failing: {exc}") from exc
+    except BaseException as exc:  # noqa: BLE001 - any failure counts; its text is checked below
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    else:
+        raise AssertionError(f"{guarantee.__name__} passed with the regression installed: it cannot catch it")
+    unsaid = [fragment for fragment in says if fragment not in text]
+    assert not unsaid, f"the failure of {guarantee.__name__} does not say {unsaid}:\n{text}"
+    return text
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -243,28 +248,6 @@ REGRESSIONS: dict[str, Callable[[], None]] = {
 
 
 # -- group port-b: backend scope, export, non-Inductor backends, has_triton and Dynamo patches, fork recovery --
-
-
-def caught(guarantee, *args, says=()) -> str:
-    """Run a guarantee test's body with a regression installed: it must fail, saying each of ``says``.
-
-    Returns the whole failure text (notes included) for further checks.
-    """
-    import traceback
-
-    import pytest
-
-    try:
-        guarantee(*args)
-    except pytest.skip.Exception as exc:
-        raise AssertionError(f"{guarantee.__name__} skipped under the regression instead of failing: {exc}") from exc
-    except BaseException as exc:  # noqa: BLE001 - any failure counts; its text is checked below
-        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    else:
-        raise AssertionError(f"{guarantee.__name__} passed with the regression installed: it cannot catch it")
-    unsaid = [fragment for fragment in says if fragment not in text]
-    assert not unsaid, f"the failure of {guarantee.__name__} does not say {unsaid}:\n{text}"
-    return text
 
 
 def _replace(module_name: str, owner_of: Callable, name: str, replacement_for: Callable) -> None:

@@ -12,7 +12,7 @@ from importlib import metadata
 
 import pytest
 from facts import DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
-from regressions import assert_says, duplicate_entry_point_registration, failure_of
+from regressions import duplicate_entry_point_registration, caught
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
@@ -154,5 +154,5 @@ def test_trigger_calls_the_current_setup_function_once(npu_lazy, monkeypatch):
 def test_zoo_duplicate_entry_point_registration_is_caught(npu_lazy):
     """(h) Registering the backend while Dynamo's registry is loading its entry point: caught above."""
     duplicate_entry_point_registration()
-    text = failure_of(test_entry_point_lookup_registers_the_npu_backend_once, npu_lazy)
-    assert_says(text, "duplicate name: npu", "npu_lazy: raised during phase 'lookup'", "in lookup_backend")
+    caught(test_entry_point_lookup_registers_the_npu_backend_once, npu_lazy,
+           says=("duplicate name: npu", "npu_lazy: raised during phase 'lookup'", "in lookup_backend"))

@@ -14,7 +14,7 @@ import types
 
 import pytest
 from facts import DEFERRED, DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
-from regressions import assert_says, failure_of, mark_step_through_graph_trees
+from regressions import mark_step_through_graph_trees, caught
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
@@ -93,6 +93,6 @@ def test_lazy_proxy_binds_submodules_on_the_proxy_and_the_package(npu_lazy, monk
 def test_zoo_mark_step_through_graph_trees_is_caught(npu_lazy):
     """(g) A step mark that goes through the graph-tree module loads Inductor on first use: caught above."""
     mark_step_through_graph_trees()
-    text = failure_of(test_mark_step_begin_works_before_any_compile_and_loads_no_compiler, npu_lazy)
-    assert_says(text, "must not be loaded yet, but it was loaded during phase 'mark_step'",
-                "in mark_step_through_graph_trees.<locals>.patch.<locals>.mark_step_begin")
+    caught(test_mark_step_begin_works_before_any_compile_and_loads_no_compiler, npu_lazy,
+           says=("must not be loaded yet, but it was loaded during phase 'mark_step'",
+                 "in mark_step_through_graph_trees.<locals>.patch.<locals>.mark_step_begin"))

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 from facts import DEFERRED, DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup, where_defined
-from regressions import assert_says, failure_of, generic_wrapper_patched_at_import
+from regressions import generic_wrapper_patched_at_import, caught
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch"])]
 
@@ -137,6 +137,6 @@ def test_fsdp_gets_the_npu_grad_scaler_in_either_import_order(npu_lazy, fsdp_fir
 def test_zoo_generic_wrapper_patched_at_import_is_caught(npu_lazy):
     """(e) A regression that patches torch's generic compile wrapper at import fails the test above."""
     generic_wrapper_patched_at_import()
-    text = failure_of(test_import_replaces_has_triton_and_installs_one_trigger_only, npu_lazy)
-    assert_says(text, "phase 'import' replaced torch._TorchCompileWrapper.__init__",
-                "regressions.py:", "in generic_wrapper_patched_at_import.<locals>.patch.<locals>.init_with_dynamo_setup")
+    caught(test_import_replaces_has_triton_and_installs_one_trigger_only, npu_lazy,
+           says=("phase 'import' replaced torch._TorchCompileWrapper.__init__",
+                 "regressions.py:", "in generic_wrapper_patched_at_import.<locals>.patch.<locals>.init_with_dynamo_setup"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 from facts import DEFERRED, DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup, where_defined
-from regressions import assert_says, failure_of, graph_tree_patches_at_dynamo_setup
+from regressions import graph_tree_patches_at_dynamo_setup, caught
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
@@ -186,6 +186,6 @@ def test_first_inductor_call_on_a_device_registers_the_npu_interface(npu_lazy):
 def test_zoo_graph_tree_patches_at_dynamo_setup_are_caught(npu_lazy):
     """(f) Moving the graph-tree patches into the Dynamo set-up fails the deferral test above."""
     graph_tree_patches_at_dynamo_setup()
-    text = failure_of(test_inductor_patches_wait_for_the_inductor_setup_and_then_all_hold, npu_lazy)
-    assert_says(text, "'torch_npu.utils._graph_tree' must not be loaded yet, but it was loaded during phase 'dynamo'",
-                "in graph_tree_patches_at_dynamo_setup.<locals>.patch.<locals>.setup_with_graph_trees")
+    caught(test_inductor_patches_wait_for_the_inductor_setup_and_then_all_hold, npu_lazy,
+           says=("'torch_npu.utils._graph_tree' must not be loaded yet, but it was loaded during phase 'dynamo'",
+                 "in graph_tree_patches_at_dynamo_setup.<locals>.patch.<locals>.setup_with_graph_trees"))

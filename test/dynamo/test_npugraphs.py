@@ -13,7 +13,7 @@ import types
 
 import pytest
 from facts import DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
-from regressions import assert_says, failure_of, npugraphs_reset_imports_graph_trees
+from regressions import npugraphs_reset_imports_graph_trees, caught
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
@@ -99,6 +99,6 @@ def test_npugraphs_chain_on_a_device_matches_eager(npu_lazy):
 def test_zoo_npugraphs_reset_importing_graph_trees_is_caught(npu_lazy, monkeypatch):
     """(i) A reset that imports the graph trees to reset them: caught above."""
     npugraphs_reset_imports_graph_trees()
-    text = failure_of(test_reset_reaches_graph_trees_only_when_loaded, npu_lazy, monkeypatch, "npugraphs-first")
-    assert_says(text, "'torch_npu.npu._graph_tree' must not be loaded yet, but it was loaded during phase 'reset'",
-                "in npugraphs_reset_imports_graph_trees.<locals>.patch.<locals>.reset")
+    caught(test_reset_reaches_graph_trees_only_when_loaded, npu_lazy, monkeypatch, "npugraphs-first",
+           says=("'torch_npu.npu._graph_tree' must not be loaded yet, but it was loaded during phase 'reset'",
+                 "in npugraphs_reset_imports_graph_trees.<locals>.patch.<locals>.reset"))
