@@ -5,7 +5,7 @@ shipped here). Both sides run in one invocation, one after the other, on the
 same machine, each as one sequential pytest run (``-n 0``) with the plugin on
 (their file needs its CANN host stub to import torch_npu): their file unchanged,
 then every test of ours that test/dynamo/ported.py maps to one of theirs. The
-table gives, per test of theirs, both outcomes and both times (JUnit XML).
+table gives, per test of theirs, both outcomes and both times (from benchmarks/timing.py, as every benchmark here).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import json
 import shutil
 import sys
 import tempfile
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from benchmarks.run import REPO, RESULTS, base_env, log, run_pytest
@@ -32,29 +31,37 @@ def load_map() -> dict[str, tuple[str, ...]]:
     return PORTED
 
 
-def junit_cases(path: Path) -> dict[str, dict]:
-    """test function name -> {"outcome", "seconds", "cases"}; parametrized cases and subtests fold into one.
+def function_results(run: dict) -> dict[str, dict]:
+    """``file.py::function`` -> {"outcome", "seconds", "cases"} from the timing plugin's record of a run;
+    parametrized cases and subtests fold into one.
 
-    A function is "failed" when any case failed or errored, "skipped" when all were, else "passed".
+    A function is "failed" when any report of it failed or errored, "skipped" when every case skipped,
+    else "passed" (with how many cases skipped). Seconds add up each case's log start to log finish.
     """
+    timing = run["timing"] or {}
     functions: dict[str, dict] = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
-        name = case.get("name", "").split("[", 1)[0]
-        file = (case.get("file") or case.get("classname", "").replace(".", "/")).rsplit("/", 1)[-1]
-        key = f"{file.removesuffix('.py')}.py::{name}" if file else name
-        entry = functions.setdefault(key, {"outcomes": [], "seconds": 0.0})
-        entry["seconds"] += float(case.get("time") or 0)
-        tags = {child.tag for child in case}
-        entry["outcomes"].append("failed" if tags & {"failure", "error"} else
-                                 "skipped" if "skipped" in tags else "passed")
+    for nodeid, started, finished in timing.get("tests", []):
+        entry = functions.setdefault(_function_key(nodeid), {"seconds": 0.0, "cases": 0, "outcomes": []})
+        entry["seconds"] += (finished or started) - started
+        entry["cases"] += 1
+    for nodeid, reports in timing.get("per_test", {}).items():
+        entry = functions.setdefault(_function_key(nodeid), {"seconds": 0.0, "cases": 1, "outcomes": []})
+        entry["outcomes"] += [outcome for _when, _label, outcome in reports]
     for entry in functions.values():
         outcomes = entry.pop("outcomes")
-        entry["cases"] = len(outcomes)
-        entry["outcome"] = ("failed" if "failed" in outcomes else
-                            "skipped" if all(o == "skipped" for o in outcomes) else "passed")
-        if entry["outcome"] == "passed" and "skipped" in outcomes:
-            entry["outcome"] = f"passed ({outcomes.count('skipped')} skipped)"
+        if any(o in ("failed", "error") for o in outcomes):
+            entry["outcome"] = "failed"
+        elif outcomes and all(o in ("skipped", "xfailed") for o in outcomes):
+            entry["outcome"] = "skipped"
+        else:
+            skipped = sum(o in ("skipped", "xfailed") for o in outcomes)
+            entry["outcome"] = f"passed ({skipped} skipped)" if skipped else "passed"
     return functions
+
+
+def _function_key(nodeid: str) -> str:
+    path, _, name = nodeid.split("[", 1)[0].rpartition("::")
+    return f"{path.rsplit('/', 1)[-1].split('::')[0]}::{name}"
 
 
 def their_outcome(cases: dict[str, dict], test: str) -> dict | None:
@@ -68,15 +75,13 @@ def compare(theirs_file: Path, *, workers: str = "0") -> dict:
         work = Path(work_dir)
         shutil.copy(theirs_file, work / "test_compile_trigger.py")
         log(f"their file ({theirs_file.name}), -n {workers}")
-        theirs_run = run_pytest(["-p", "npu_lazy", "-n", workers, f"--junitxml={work / 'theirs.xml'}",
-                                 "test_compile_trigger.py"], cwd=work, env=env)
-        theirs = junit_cases(work / "theirs.xml")
+        theirs_run = run_pytest(["-p", "npu_lazy", "-n", workers, "test_compile_trigger.py"], cwd=work, env=env)
+        theirs = function_results(theirs_run)
         present = [test for test in ported if their_outcome(theirs, test) is not None]
         ours_ids = sorted({f"test/dynamo/{node}" for test in present for node in ported[test]})
         log(f"our port: {len(ours_ids)} test functions for {len(present)} of their tests, -n {workers}")
-        ours_run = run_pytest(["-p", "npu_lazy", "-n", workers, f"--junitxml={work / 'ours.xml'}", *ours_ids],
-                              cwd=REPO, env=env)
-        ours = junit_cases(work / "ours.xml")
+        ours_run = run_pytest(["-p", "npu_lazy", "-n", workers, *ours_ids], cwd=REPO, env=env)
+        ours = function_results(ours_run)
     rows = []
     for test in present:
         mine = [ours.get(node, {"outcome": "missing", "seconds": 0.0, "cases": 0}) | {"test": node}
