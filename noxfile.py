@@ -4,7 +4,7 @@ One virtual environment per (torch, torch_npu) pair and Triton flavour of
 matrix.toml (or of the file named by ``NPU_LAZY_MATRIX``). Each runs
 ``pytest -p npu_lazy test/dynamo --npu-lazy-json=<output>/<id>.json``; the
 ``matrix`` session then draws ``<output>.md`` from the reports with
-``python -m pytest_npu_lazy.matrix``. A failing guarantee is a result, not
+``python -m pytest_npu_lazy.reports.matrix``. A failing guarantee is a result, not
 a broken run: only an environment that cannot be built or cannot run
 pytest fails its session.
 
@@ -101,7 +101,7 @@ def env(session: nox.Session, environment: Environment) -> None:
 
 @nox.session(venv_backend="none")
 def matrix(session: nox.Session) -> None:
-    """The matrix of the reports the env sessions wrote (pytest_npu_lazy.matrix needs only the standard library)."""
+    """The matrix of the reports the env sessions wrote (pytest_npu_lazy.reports.matrix needs only the standard library)."""
     reports = [str(OUTPUT / f"{e.id}.json") for e in ENVIRONMENTS if (OUTPUT / f"{e.id}.json").exists()]
     missing = [e.id for e in ENVIRONMENTS if not (OUTPUT / f"{e.id}.json").exists()]
     if missing:
@@ -109,6 +109,6 @@ def matrix(session: nox.Session) -> None:
     if not reports:
         session.error("no report to draw")
     env = {"PYTHONPATH": str(ROOT)}
-    session.run(sys.executable, "-m", "pytest_npu_lazy.matrix", *reports, env=env)
-    session.run(sys.executable, "-m", "pytest_npu_lazy.matrix", *reports, "--markdown",
+    session.run(sys.executable, "-m", "pytest_npu_lazy.reports.matrix", *reports, env=env)
+    session.run(sys.executable, "-m", "pytest_npu_lazy.reports.matrix", *reports, "--markdown",
                 "-o", str(OUTPUT.with_suffix(".md")), env=env)

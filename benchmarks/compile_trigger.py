@@ -145,7 +145,8 @@ def savings(path: Path, env: dict[str, str], repeats: int) -> dict:
     teardown), the fork cost ``run_python("pass", preload=["torch"])`` from a
     zygote that is already up, both under the helper's environment.
     """
-    from pytest_npu_lazy import pypool, run_python
+    from pytest_npu_lazy import run_python
+    from pytest_npu_lazy.python_c import pool as pypool
 
     env = dict(env, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     counted = subprocess.run([sys.executable, "-c", COUNT_CALLS, str(path)], env=env, capture_output=True,

@@ -335,7 +335,7 @@ def bench_trivial(args, env: dict[str, str], work: Path) -> dict:
 
 FORK_FLOOR_SCRIPT = """
 import gc, os, statistics, sys, time
-from pytest_npu_lazy.recorder import RECORDER
+from pytest_npu_lazy.probe.recorder import RECORDER
 RECORDER.install(phase="pytest")
 import pytest  # what a zygote holds besides the preload
 import torch, torch_npu
@@ -468,7 +468,7 @@ def _three_checks(suite: dict) -> list[str]:
 
 RECORDER_SCRIPT = """
 import sys, time
-from pytest_npu_lazy.recorder import RECORDER
+from pytest_npu_lazy.probe.recorder import RECORDER
 if sys.argv[1] == "on":
     RECORDER.install(phase="pytest")
 started = time.perf_counter()

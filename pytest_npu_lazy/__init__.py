@@ -12,11 +12,11 @@ __all__ = ["NpuLazy", "__version__", "run_python"]
 
 def __getattr__(name: str):
     if name == "NpuLazy":  # the fixture's type, for annotations in tests
-        from .probe import NpuLazy
+        from .probe.fixture import NpuLazy
 
         return NpuLazy
     if name == "run_python":  # python -c at fork speed; subprocess.run outside a pytest session
-        from .pycall import run_python
+        from .python_c.call import run_python
 
         return run_python
     raise AttributeError(name)

@@ -11,9 +11,9 @@ from typing import Iterator
 
 import pytest
 
-from . import probe
+from .probe import fixture as probe
 from .errors import NpuLazyError
-from .recorder import RECORDER
+from .probe.recorder import RECORDER
 from .settings import MARKER_HELP, MarkerError, Resolver, add_options, cann_mode
 
 _STATE_KEY = pytest.StashKey["_PluginState"]()
@@ -29,7 +29,7 @@ class _PluginState:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from .report import add_options as add_report_options
+    from .reports.reporter import add_options as add_report_options
 
     add_options(parser)
     add_report_options(parser)
@@ -71,21 +71,21 @@ def pytest_configure(config: pytest.Config) -> None:
     if _CANN_KEY not in config.stash:
         _refuse_cuda_torch()
     _activate_cann(config)
-    from .report import Reporter
+    from .reports.reporter import Reporter
 
     config.pluginmanager.register(Reporter(config), "npu_lazy_reporter")
-    from .environment import hidden_warnings
+    from .reports.environment import hidden_warnings
 
     for hidden in hidden_warnings(config.stash[_CANN_KEY]):  # the header says why
         config.addinivalue_line("filterwarnings", hidden.filter)
 
-    from . import pypool
+    from .python_c import pool as pypool
 
     pypool.activate(config)  # run_python forks from zygotes while this session lasts
     config.add_cleanup(lambda: pypool.deactivate(config))
     fd = os.environ.pop("PYTEST_NPU_LAZY_CHILD_FD", None)
     if fd is not None:
-        from .child import SpawnedSession
+        from .isolation.child import SpawnedSession
 
         config.pluginmanager.register(SpawnedSession(config, int(fd)), "npu_lazy_spawned_session")
         config.stash[_STATE_KEY] = _PluginState(config)
@@ -93,7 +93,7 @@ def pytest_configure(config: pytest.Config) -> None:
     state = config.stash[_STATE_KEY] = _PluginState(config)
     if hasattr(config, "workerinput"):
         _end_with_controller()
-    from .environment import NpuGate
+    from .reports.environment import NpuGate
 
     gate = NpuGate(config.stash[_CANN_KEY])
     config.pluginmanager.register(gate, "npu_lazy_npu_gate")
@@ -101,9 +101,9 @@ def pytest_configure(config: pytest.Config) -> None:
         gate.require()
     if state.resolver.isolate == "off":
         return
-    from .controller import IsolationController
-    from .spawn import SpawnLauncher
-    from .zygote import ZygotePool
+    from .isolation.controller import IsolationController
+    from .isolation.spawn import SpawnLauncher
+    from .isolation.zygote import ZygotePool
 
     state.pool = ZygotePool(session=None)
     launchers = {"fork": state.pool, "spawn": SpawnLauncher(config)}
@@ -121,7 +121,7 @@ def _end_with_controller() -> None:
     """
     import signal
 
-    from .processes import die_with_parent
+    from .isolation.processes import die_with_parent
 
     die_with_parent(signal.SIGTERM)
     if os.getppid() == 1:  # the controller was already gone
@@ -129,7 +129,7 @@ def _end_with_controller() -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    from .environment import describe
+    from .reports.environment import describe
 
     gate = config.pluginmanager.get_plugin("npu_lazy_npu_gate")
     return describe(config.stash[_CANN_KEY], gate.answer if gate else None).header_lines()
@@ -146,7 +146,7 @@ def pytest_sessionstart(session: pytest.Session) -> Iterator[None]:
     result = yield
     state = session.config.stash.get(_STATE_KEY, None)
     if state is not None and state.pool is not None and not _runs_no_tests(session.config):
-        from .inherit import remember_pytest_process
+        from .isolation.inherit import remember_pytest_process
 
         remember_pytest_process()  # what children restore: the handlers an in-process test sees
         state.pool.session = session

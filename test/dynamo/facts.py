@@ -123,7 +123,7 @@ def dynamo_imports_triton_at_import() -> ImportTimeCall | None:
 
 def present(names: tuple[str, ...]) -> tuple[str, ...]:
     """The modules among ``names`` that exist in this environment (found without importing them)."""
-    from pytest_npu_lazy.modules import MISSING, lookup
+    from pytest_npu_lazy.probe.modules import MISSING, lookup
 
     return tuple(name for name in names if lookup(name)[0] != MISSING)
 

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_npu_lazy import budget
+from pytest_npu_lazy.reports import budget
 
 
 def _summary(phases: dict[str, list[tuple[str, str | None]]], watched: dict[str, list[dict]] | None = None) -> dict:
@@ -219,7 +219,7 @@ def test_the_cache_counters_read_are_torchs():
     from importlib.util import find_spec
     from pathlib import Path
 
-    from pytest_npu_lazy.inductor_cache import _COUNTERS
+    from pytest_npu_lazy.probe.inductor_cache import _COUNTERS
 
     spec = find_spec("torch")
     if spec is None:

@@ -310,8 +310,8 @@ def test_bad_requires_npu_arguments_are_an_error(run_pytest, pytester, without_i
 
 def test_matrix_tells_the_emulation_from_the_stub():
     from pytest_npu_lazy.cann.activation import CannStatus
-    from pytest_npu_lazy.environment import describe
-    from pytest_npu_lazy.schema import environment_label
+    from pytest_npu_lazy.reports.environment import describe
+    from pytest_npu_lazy.reports.schema import environment_label
 
     stub = CannStatus("stub", "stub", None, "/cache/stub", "stub")
     emulated = CannStatus("emulate", "emulate", MODEL.soc_name, "/cache/emulated", "emulated NPU")

@@ -12,8 +12,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from pytest_npu_lazy.html import render
-from pytest_npu_lazy.schema import SCHEMA, SCHEMA_VERSION, result_entry
+from pytest_npu_lazy.reports.html import render
+from pytest_npu_lazy.reports.schema import SCHEMA, SCHEMA_VERSION, result_entry
 
 
 class Node:
@@ -167,7 +167,7 @@ def test_cli_needs_module_data(tmp_path):
     report = _report()
     path = tmp_path / "r.json"
     path.write_text(json.dumps(report))
-    done = subprocess.run([sys.executable, "-m", "pytest_npu_lazy.html", str(path), "-o", str(tmp_path / "p.html")],
+    done = subprocess.run([sys.executable, "-m", "pytest_npu_lazy.reports.html", str(path), "-o", str(tmp_path / "p.html")],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert 'data-nodeid="test_x.py::test_a"' in (tmp_path / "p.html").read_text()
@@ -175,7 +175,7 @@ def test_cli_needs_module_data(tmp_path):
         for phase in test["phases"]:
             del phase["modules"]
     path.write_text(json.dumps(report))
-    done = subprocess.run([sys.executable, "-m", "pytest_npu_lazy.html", str(path), "-o", str(tmp_path / "p.html")],
+    done = subprocess.run([sys.executable, "-m", "pytest_npu_lazy.reports.html", str(path), "-o", str(tmp_path / "p.html")],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "has no per-module data; write it with --npu-lazy-json-modules" in done.stderr
 

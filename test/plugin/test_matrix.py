@@ -1,4 +1,4 @@
-"""`python -m pytest_npu_lazy.matrix`: guarantees by environment from hand-made reports; bad inputs refused."""
+"""`python -m pytest_npu_lazy.reports.matrix`: guarantees by environment from hand-made reports; bad inputs refused."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from pytest_npu_lazy import matrix
-from pytest_npu_lazy.schema import SCHEMA, SCHEMA_VERSION, result_entry
+from pytest_npu_lazy.reports import matrix
+from pytest_npu_lazy.reports.schema import SCHEMA, SCHEMA_VERSION, result_entry
 
 
 def _env(flavour: str, triton: str | None) -> dict:
@@ -128,10 +128,10 @@ def test_mismatched_inputs_are_refused(reports, tmp_path, capsys):
 
 
 def test_runs_as_a_module(reports):
-    done = subprocess.run([sys.executable, "-m", "pytest_npu_lazy.matrix", str(reports["none"]), str(reports["upstream"]),
+    done = subprocess.run([sys.executable, "-m", "pytest_npu_lazy.reports.matrix", str(reports["none"]), str(reports["upstream"]),
                            "--markdown"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("| guarantee (test) |")
-    bad = subprocess.run([sys.executable, "-m", "pytest_npu_lazy.matrix", "nowhere.json"],
+    bad = subprocess.run([sys.executable, "-m", "pytest_npu_lazy.reports.matrix", "nowhere.json"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "nowhere.json: no such file" in bad.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_npu_lazy.environment import triton_flavour
+from pytest_npu_lazy.reports.environment import triton_flavour
 
 pytestmark = pytest.mark.usefixtures("fake_heavy_package")
 

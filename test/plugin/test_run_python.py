@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from pytest_npu_lazy import pycall, pypool, run_python
+from pytest_npu_lazy import run_python
+from pytest_npu_lazy.python_c import call as pycall, pool as pypool
 from pytest_npu_lazy.errors import NpuLazyWarning, RunPythonError
 
 PARENT = "import os; print(os.getppid())"
@@ -62,7 +63,8 @@ def test_a_call_is_a_fork_of_a_zygote_not_of_pytest():
 def test_outside_a_pytest_session_it_is_subprocess_run(tmp_path):
     script = textwrap.dedent("""
         import os, sys
-        from pytest_npu_lazy import pypool, run_python
+        from pytest_npu_lazy import run_python
+        from pytest_npu_lazy.python_c import pool as pypool
         result = run_python("import os; print(os.getppid())", env=dict(os.environ))
         print(pypool.active() is None, int(result.stdout) == os.getpid(), result.returncode)
     """)
@@ -282,7 +284,7 @@ class TestCaseStyle(unittest.TestCase):
         self.assertTrue(forked(run_python(CODE)))
 
 def test_zygotes_are_recorded():
-    from pytest_npu_lazy import pypool
+    from pytest_npu_lazy.python_c import pool as pypool
     run_python("pass")
     with open(os.environ["NPU_LAZY_ZYGOTE_PIDS"], "a") as f:
         f.write("".join(f"{z.process.pid}\\n" for z in pypool.active().zygotes))

@@ -18,7 +18,8 @@ from typing import Callable
 
 import pytest
 
-from pytest_npu_lazy import pycall, pypool, run_python
+from pytest_npu_lazy import run_python
+from pytest_npu_lazy.python_c import call as pycall, pool as pypool
 
 
 @dataclass

@@ -20,15 +20,15 @@ from typing import Any
 
 import pytest
 
-from . import probe
-from .errors import NpuLazyError
+from ..probe import fixture as probe
+from ..errors import NpuLazyError
 from .inherit import adopt_basetemp, private_capture, reset_signals, save_coverage
 from .outputs import ChildOutputs
 from .logs import existing_loggers, quiet_preload_loggers
 from .processes import set_title
 from .protocol import Channel, ChannelClosed
-from .recorder import RECORDER
-from .settings import Baseline, TestSettings
+from ..probe.recorder import RECORDER
+from ..settings import Baseline, TestSettings
 from .target import Target, TargetError, collect_target, identify, not_collected, resolve_exactly
 
 #: names of the files a child hands to the pytest process, in this order

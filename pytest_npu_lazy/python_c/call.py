@@ -1,7 +1,7 @@
 """``run_python``: ``subprocess.run([sys.executable, "-c", code], ...)`` at the cost of a fork.
 
 The caller's side of one call: check the arguments, find a zygote
-(:mod:`pytest_npu_lazy.pypool`), hand it the code with the caller's pipes
+(:mod:`pytest_npu_lazy.python_c.pool`), hand it the code with the caller's pipes
 and working directory, then do what ``subprocess.run(..., capture_output=True,
 text=True)`` does: feed ``input``, collect both streams until they close,
 wait for the exit status, enforce ``timeout`` by killing the child's
@@ -25,10 +25,10 @@ import time
 from collections.abc import Mapping
 from typing import Sequence
 
-from . import pyenv, pypool
-from . import pymessages as messages
-from .errors import RunPythonError
-from .protocol import Channel, ChannelClosed
+from . import env as pyenv, pool as pypool
+from . import messages
+from ..errors import RunPythonError
+from ..isolation.protocol import Channel, ChannelClosed
 
 #: how long a killed child may take to be reported reaped
 KILL_WAIT = 10.0

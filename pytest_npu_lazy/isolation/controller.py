@@ -18,12 +18,12 @@ from typing import Any, Protocol
 import pytest
 from _pytest.reports import TestReport
 
-from .errors import MarkerError, NpuLazyError
+from ..errors import MarkerError, NpuLazyError
 from .outputs import add_junit_extras, show_terminal_text
 from .processes import kill_group
 from .progress import RUNNER_PHASE_OF, PhaseProgress
 from .protocol import Channel, ChannelClosed, describe_status, report_from_data
-from .settings import Resolver, TestSettings
+from ..settings import Resolver, TestSettings
 from .target import order
 
 #: How long a child may take to report its exit status after its socket closed.

@@ -11,7 +11,7 @@ seed is the zygote's) is the documented price of a zygote.
 
 When the child cannot run the code (its ``cwd`` does not exist, a file
 there would shadow a preloaded module, or this module failed), it writes a
-:class:`~pymessages.SetupOutcome` to its set-up pipe and exits; the caller
+:class:`~.messages.SetupOutcome` to its set-up pipe and exits; the caller
 then raises what subprocess would, or runs the call as a real subprocess.
 
 Runs in zygotes only: standard library only.
@@ -27,8 +27,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from .processes import die_with_parent, libc
-from .pymessages import Run, SetupOutcome
+from ..isolation.processes import die_with_parent, libc
+from .messages import Run, SetupOutcome
 
 _STREAMS = ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w"))
 

@@ -13,7 +13,7 @@ from importlib import metadata
 
 import pytest
 
-from .cann import CannStatus, npu_device_usable
+from ..cann import CannStatus, npu_device_usable
 
 REQUIRES_NPU_HELP = (
     "requires_npu(emulated=False): the test needs a real NPU device; it skips, saying why, on the CANN host "

@@ -1,4 +1,4 @@
-"""Guarantees by environment: ``python -m pytest_npu_lazy.matrix A.json B.json ... [--markdown | --html]``.
+"""Guarantees by environment: ``python -m pytest_npu_lazy.reports.matrix A.json B.json ... [--markdown | --html]``.
 
 Each input is a JSON report (``--npu-lazy-json``) of the same suite run in
 one environment (torch, torch_npu, Triton flavour, CANN). Rows are the
@@ -149,7 +149,7 @@ def render_html(columns: list[Column]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pytest_npu_lazy.matrix",
+        prog="python -m pytest_npu_lazy.reports.matrix",
         description="A table of guarantees (tests) by environment from JSON reports written with --npu-lazy-json.")
     parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="one JSON report per environment")
     form = parser.add_mutually_exclusive_group()

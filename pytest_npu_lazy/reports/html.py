@@ -7,7 +7,7 @@ the load took, its children (the modules its code imported) nested under it,
 like an import-time waterfall.
 
     pytest --npu-lazy-html=imports.html ...
-    python -m pytest_npu_lazy.html report.json -o imports.html   # a report written with --npu-lazy-json-modules
+    python -m pytest_npu_lazy.reports.html report.json -o imports.html   # a report written with --npu-lazy-json-modules
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import argparse
 import sys
 from html import escape
 
-from .recorder import matches
+from ..probe.recorder import matches
 from .schema import ReportError, environment_label, load_report, write_text
 
 _STYLE = """
@@ -172,7 +172,7 @@ def render(report: dict, title: str = "pytest-npu-lazy: imports per test and pha
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_npu_lazy.html",
+    parser = argparse.ArgumentParser(prog="python -m pytest_npu_lazy.reports.html",
                                      description="Draw a JSON report (written with --npu-lazy-json-modules) as HTML.")
     parser.add_argument("report", help="a JSON report")
     parser.add_argument("-o", "--output", required=True, help="the HTML file to write")

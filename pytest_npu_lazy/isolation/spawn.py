@@ -19,7 +19,7 @@ import pytest
 from .child import SpawnedSession
 from .processes import kill_group
 from .protocol import Channel
-from .settings import TestSettings
+from ..settings import TestSettings
 from .target import Target
 
 

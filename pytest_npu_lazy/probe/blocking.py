@@ -17,7 +17,7 @@ import importlib.machinery
 import sys
 from typing import Callable
 
-from .errors import BlockError
+from ..errors import BlockError
 from .recorder import matches
 
 

@@ -13,7 +13,7 @@ import functools
 import sys
 from dataclasses import dataclass
 
-from .errors import ProbeUsageError
+from ..errors import ProbeUsageError
 from .recorder import ImportRecorder, without_frames_of
 
 

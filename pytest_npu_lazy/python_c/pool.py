@@ -6,7 +6,7 @@ one, run_python is plain ``subprocess.run``. A process forked from the one
 that activated the pool (an isolated test's child) gets a pool of its own:
 it never writes to zygotes another process talks to.
 
-A zygote is a ``python -c <pyboot.py>`` started with the environment and
+A zygote is a ``python -c <boot.py>`` started with the environment and
 working directory of the first call that needs it, in a session of its own
 (a terminal's Ctrl-C goes to pytest, which stops the code it waits for).
 It serves any later call with the same preload whose environment agrees on
@@ -31,14 +31,14 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import pyenv
-from . import pymessages as messages
-from .errors import NpuLazyWarning, RunPythonError
-from .processes import kill_group
-from .protocol import Channel, ChannelClosed, describe_status
+from . import env as pyenv
+from . import messages
+from ..errors import NpuLazyWarning, RunPythonError
+from ..isolation.processes import kill_group
+from ..isolation.protocol import Channel, ChannelClosed, describe_status
 
-BOOT = Path(__file__).with_name("pyboot.py")
-PACKAGE_DIR = str(Path(__file__).resolve().parent)
+BOOT = Path(__file__).with_name("boot.py")
+PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)  # the top package: boot.py loads it under an alias
 #: importing a preload such as torch takes seconds; a hung one must not hang the session
 READY_TIMEOUT = 600.0
 MAX_ZYGOTES = 4  # a zygote holding torch takes a few hundred MB

@@ -19,10 +19,10 @@ from typing import Any, Callable, Iterator
 
 from . import inductor_cache
 from .blocking import ModuleBlocker
-from .errors import BaselineContaminatedError, BlockError, NpuLazyWarning, ProbeUsageError
+from ..errors import BaselineContaminatedError, BlockError, NpuLazyWarning, ProbeUsageError
 from .modules import unknown_name_problem
 from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder, matches
-from .schema import DEFAULT_WATCH
+from ..reports.schema import DEFAULT_WATCH
 from .tracking import CallTracker
 
 #: Phases the runner sets around pytest's own protocol; tests cannot reuse them.
@@ -442,7 +442,7 @@ class NpuLazy:
         """
         import torch
 
-        from .cann.common import ENV_MODE
+        from ..cann.common import ENV_MODE
 
         if "torch_npu" in sys.modules and os.environ.get(ENV_MODE) != "emulate" and torch.npu.is_available():
             return "npu"

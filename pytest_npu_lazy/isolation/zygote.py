@@ -4,7 +4,7 @@ At session start, before any test module is imported, the pytest process
 forks a *root* zygote. The root forks one zygote per preload baseline on
 demand; each zygote imports its baseline (``torch`` by default) once and
 then forks a child per test. The pytest process talks to each zygote and
-each child over its own socket (see :mod:`pytest_npu_lazy.protocol`).
+each child over its own socket (see :mod:`.protocol`).
 
 The next child is forked while the current test runs, so a test waits only
 for a socket message, not for a fork.
@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .child import serve_child
-from .errors import NpuLazyWarning, ZygoteError
+from ..errors import NpuLazyWarning, ZygoteError
 from .logs import existing_loggers, quiet_preload_loggers
 from .processes import ChildWatcher, die_with_parent, fork_hazard, kill_group, set_title
 from .protocol import Channel, ChannelClosed, Message, describe_status
-from .recorder import RECORDER
-from .settings import Baseline
+from ..probe.recorder import RECORDER
+from ..settings import Baseline
 from .target import order
 
 _POLL = 0.05

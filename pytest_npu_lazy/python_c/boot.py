@@ -63,7 +63,7 @@ _npu_lazy_spec = importlib.util.spec_from_file_location(
     submodule_search_locations=[_npu_lazy_package])
 sys.modules["_npu_lazy_zygote"] = importlib.util.module_from_spec(_npu_lazy_spec)
 _npu_lazy_spec.loader.exec_module(sys.modules["_npu_lazy_zygote"])
-from _npu_lazy_zygote.pyzygote import finish as _npu_lazy_finish, serve as _npu_lazy_serve  # noqa: E402
+from _npu_lazy_zygote.python_c.zygote import finish as _npu_lazy_finish, serve as _npu_lazy_serve  # noqa: E402
 
 try:
     exec(*_npu_lazy_serve(_npu_lazy_control, _npu_lazy_main, _npu_lazy_state, sorted(_NpuLazyReads.names),

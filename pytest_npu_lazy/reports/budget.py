@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from . import inductor_cache
-from .recorder import matches
+from ..probe import inductor_cache
+from ..probe.recorder import matches
 from .schema import BASELINE_SCHEMA, BASELINE_SCHEMA_VERSION
 
 #: New modules listed per phase in a failure; the JSON report has them all.

@@ -21,7 +21,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar, Optional
 
-from .protocol import Channel, ChannelClosed
+from ..isolation.protocol import Channel, ChannelClosed
 
 #: the order of the descriptors that travel with a Run message
 RUN_FDS = ("call", "cwd", "stdout", "stderr", "stdin")

@@ -1,18 +1,18 @@
 """The run_python zygote: a fresh ``python -c`` that imported a preload and forks a child per call.
 
-It is started by :mod:`pytest_npu_lazy.pypool` as ``python -c <pyboot.py>``
+It is started by :mod:`pytest_npu_lazy.python_c.pool` as ``python -c <boot.py>``
 with the environment of the first call that needs it, so the interpreter,
 its flags, ``sys.path`` and the preload are exactly what ``python -c CODE``
 would have had after its first ``import``. It never holds pytest or the
 test's modules: the pytest process is never forked for run_python.
 
-Per call it forks a child (:func:`pytest_npu_lazy.pychild.become`), which
+Per call it forks a child (:func:`pytest_npu_lazy.python_c.child.become`), which
 leads its own process group; the zygote reports the child's wait status on
 the call's own socket, kills the group on request (the caller's timeout) or
 when the caller stops listening, and kills what the code left running when
 it exits.
 
-It lives until the caller says :class:`~pymessages.Shutdown`, closes its end
+It lives until the caller says :class:`~.messages.Shutdown`, closes its end
 of the control socket (it died), or sends SIGTERM; then it kills its
 children's groups and exits.
 """
@@ -30,10 +30,10 @@ import traceback
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import pymessages as messages
-from .processes import ChildWatcher, fork_hazard, kill_group
-from .protocol import Channel, ChannelClosed
-from .pychild import ChildContext, become, end
+from . import messages
+from ..isolation.processes import ChildWatcher, fork_hazard, kill_group
+from ..isolation.protocol import Channel, ChannelClosed
+from .child import ChildContext, become, end
 
 _POLL = 0.05
 

@@ -34,7 +34,7 @@ def add_options(parser: pytest.Parser) -> None:
                          "phases, watched modules with import chains, module counts")
     group.addoption("--npu-lazy-json-modules", action="store_true", default=False,
                     help="also write every module first loaded per phase, with importer, start and duration "
-                         "(large; what `python -m pytest_npu_lazy.html` draws)")
+                         "(large; what `python -m pytest_npu_lazy.reports.html` draws)")
     group.addoption("--npu-lazy-html", metavar="PATH", default=None,
                     help="write an HTML page: per test a timeline of its phases, the modules of each as an "
                          "expandable import tree with durations")
@@ -234,7 +234,7 @@ class Reporter:
     # -- writing ------------------------------------------------------------
     def environment(self) -> dict:
         from .environment import describe
-        from .plugin import _CANN_KEY
+        from ..plugin import _CANN_KEY
 
         gate = self.config.pluginmanager.get_plugin("npu_lazy_npu_gate")
         cann = self.config.stash.get(_CANN_KEY, None)
@@ -254,7 +254,7 @@ class Reporter:
             "baseline": self.baseline_path,
             "budget_growth": self.growth,
         }
-        from . import __version__
+        from .. import __version__
 
         run["plugin_version"] = __version__
         return relative_paths(document(self.environment(), run, [r.entry(with_modules) for r in self.results.values()]),
@@ -262,7 +262,7 @@ class Reporter:
 
     def path_roots(self) -> list[str]:
         """The directories that reports name paths relative to: the CANN stub's cache root, then the rootdir."""
-        from .plugin import _CANN_KEY
+        from ..plugin import _CANN_KEY
 
         cann = self.config.stash.get(_CANN_KEY, None)
         return [root for root in (getattr(cann, "cache_dir", None), str(self.config.rootpath)) if root]
