@@ -71,31 +71,28 @@ def pytest_configure(config: pytest.Config) -> None:
     if _CANN_KEY not in config.stash:
         _refuse_cuda_torch()
     _activate_cann(config)
+    cann = config.stash[_CANN_KEY]
+    from .isolation.messages import CHILD_FD_ENV
+    from .reports.environment import NpuGate, hidden_warnings
     from .reports.reporter import Reporter
 
-    config.pluginmanager.register(Reporter(config), "npu_lazy_reporter")
-    from .reports.environment import hidden_warnings
-
-    for hidden in hidden_warnings(config.stash[_CANN_KEY]):  # the header says why
+    for hidden in hidden_warnings(cann):  # the header says why
         config.addinivalue_line("filterwarnings", hidden.filter)
-
     from .python_c import pool as pypool
 
     pypool.activate(config)  # run_python forks from zygotes while this session lasts
     config.add_cleanup(lambda: pypool.deactivate(config))
-    fd = os.environ.pop("PYTEST_NPU_LAZY_CHILD_FD", None)
+    state = config.stash[_STATE_KEY] = _PluginState(config)
+    fd = os.environ.pop(CHILD_FD_ENV, None)
+    gate = NpuGate(cann) if fd is None else None
+    config.pluginmanager.register(Reporter(config, state.resolver, cann, gate), "npu_lazy_reporter")
     if fd is not None:
         from .isolation.child import SpawnedSession
 
         config.pluginmanager.register(SpawnedSession(config, int(fd)), "npu_lazy_spawned_session")
-        config.stash[_STATE_KEY] = _PluginState(config)
         return
-    state = config.stash[_STATE_KEY] = _PluginState(config)
     if hasattr(config, "workerinput"):
         _end_with_controller()
-    from .reports.environment import NpuGate
-
-    gate = NpuGate(config.stash[_CANN_KEY])
     config.pluginmanager.register(gate, "npu_lazy_npu_gate")
     if config.getoption("npu_lazy_require_npu") and not hasattr(config, "workerinput"):
         gate.require()
@@ -103,7 +100,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from .isolation.controller import IsolationController
     from .isolation.spawn import SpawnLauncher
-    from .isolation.zygote import ZygotePool
+    from .isolation.pool import ZygotePool
 
     state.pool = ZygotePool(session=None)
     launchers = {"fork": state.pool, "spawn": SpawnLauncher(config)}
@@ -197,6 +194,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     report = yield
     if call.excinfo is not None and call.excinfo.errisinstance(NpuLazyError):
         report.npu_lazy_error = True  # shown as ERROR: the test could not be judged
+    violation = getattr(call.excinfo.value, probe.VIOLATION_ATTRIBUTE, None) if call.excinfo is not None else None
+    if violation is not None:
+        setattr(report, probe.VIOLATION_ATTRIBUTE, violation)  # serialised with the report, from any child
     return report
 
 

@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
-from .cann import ENV_CACHE, ENV_TRACE
+from .cann.common import ENV_CACHE, ENV_TRACE, MODES
 from .errors import MarkerError
+from .reports.budget import parse_growth
+from .reports.schema import DEFAULT_WATCH
 
 ISOLATE_CHOICES = ("marked", "all", "off")
 ISOLATION_MODES = ("fork", "spawn")
@@ -30,6 +32,10 @@ INI = {
                           "(default: off where a zygote preloads modules, untouched where it preloads none)",
                           "bool", None),
     "npu_lazy_timeout": ("seconds an isolated test may run before it is killed (0: no limit)", "string", "0"),
+    "npu_lazy_watch": ("modules the reports follow: in which phase each first loaded, and through which import "
+                       "chain (default: " + ", ".join(DEFAULT_WATCH) + ")", "linelist", list(DEFAULT_WATCH)),
+    "npu_lazy_budget_growth": ("how much a phase's module count may grow over the --npu-lazy-baseline (default 5%)",
+                               "string", "5%"),
     "npu_lazy_cann": ("CANN for torch_npu: auto (real if it loads, else the host stub), real, stub, "
                       "emulate (an emulated NPU: device paths run, kernels do not) or off",
                       "string", "auto"),
@@ -40,7 +46,7 @@ ENV = {
     "timeout": "PYTEST_NPU_LAZY_TIMEOUT",
     "cann": "PYTEST_NPU_LAZY_CANN",
 }
-CANN_MODES = ("auto", "real", "stub", "emulate", "off")
+CANN_MODES = MODES  # the CANN package owns its modes
 
 MARKER_HELP = (
     "npu_lazy(preload=[...], isolation='fork'|'spawn', autoload=False, timeout=None, block=[...], "
@@ -86,10 +92,20 @@ class TestSettings:
     track: tuple[str, ...] = ()
     #: where the preload came from, for the guard's advice: "marker", "--npu-lazy-preload" or "ini npu_lazy_preload"
     preload_source: str = "ini npu_lazy_preload"
+    #: modules whose first load each phase explains (ini npu_lazy_watch), in-process and isolated alike
+    watch: tuple[str, ...] = DEFAULT_WATCH
 
     def to_dict(self) -> dict:
+        """What an isolated child needs (it is isolated by definition): the inverse of :meth:`from_dict`."""
         return {"isolation": self.isolation, "baseline": self.baseline.to_dict(), "timeout": self.timeout,
-                "block": list(self.block), "track": list(self.track), "preload_source": self.preload_source}
+                "block": list(self.block), "track": list(self.track), "preload_source": self.preload_source,
+                "watch": list(self.watch)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TestSettings":
+        return cls(isolated=True, isolation=data["isolation"], baseline=Baseline.from_dict(data["baseline"]),
+                   timeout=data["timeout"], block=tuple(data["block"]), track=tuple(data["track"]),
+                   preload_source=data["preload_source"], watch=tuple(data["watch"]))
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -156,6 +172,11 @@ class Resolver:
         self.preload_source = "--npu-lazy-preload" if cli_preload is not None else "ini npu_lazy_preload"
         self.default_baseline = self.baseline(preload, None)
         self.timeout = self._timeout()
+        self.watch = tuple(config.getini("npu_lazy_watch"))
+        try:
+            self.budget_growth = parse_growth(config.getini("npu_lazy_budget_growth"))
+        except ValueError as exc:
+            raise pytest.UsageError(f"pytest-npu-lazy: {exc}") from None
 
     def _choice(self, key: str, choices: tuple[str, ...]) -> str:
         value = self.config.getoption(f"npu_lazy_{key}") or os.environ.get(ENV[key]) or self.config.getini(f"npu_lazy_{key}")
@@ -222,6 +243,7 @@ class Resolver:
             block=block,
             track=tuple(options.get("track", ())),
             preload_source="marker" if "preload" in options else self.preload_source,
+            watch=self.watch,
         )
 
 

@@ -20,7 +20,7 @@ from importlib.util import find_spec
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
-from .common import GENERATOR_VERSION, MANIFEST_NAME, CannError
+from .common import GENERATOR_VERSION, MANIFEST_NAME, CannError, distribution_version
 from .elf import _Elf, _read_elf, _read_elf_path, _shared_objects
 
 # --------------------------------------------------------------------------- providers
@@ -97,7 +97,7 @@ def _torch_libraries() -> tuple[list[_Elf], str | None]:
     vendored = torch_dir.parent / "torch.libs"
     if vendored.is_dir():
         paths += _shared_objects(vendored)
-    return [_read_elf_path(p) for p in paths], _distribution_version("torch")
+    return [_read_elf_path(p) for p in paths], distribution_version("torch")
 
 
 def _python_libraries() -> list[_Elf]:
@@ -107,13 +107,6 @@ def _python_libraries() -> list[_Elf]:
     if sysconfig.get_config_var("Py_ENABLE_SHARED") and library:
         paths.append(os.path.join(sysconfig.get_config_var("LIBDIR") or "", library))
     return [_read_elf_path(p) for p in paths if os.path.isfile(p)]
-
-
-def _distribution_version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 # --------------------------------------------------------------------------- analysis

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib import metadata
+
 MODES = ("auto", "real", "stub", "emulate", "off")
 
 # Bump whenever the analysis or the generated C changes: it is part of every cache key.
@@ -21,3 +23,9 @@ class CannError(Exception):
     """Raised with a message that says what is wrong and how to fix it."""
 
 
+def distribution_version(name: str) -> str | None:
+    """An installed distribution's version from its metadata, without importing it; None if absent."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None

@@ -20,26 +20,20 @@ from typing import Any
 
 import pytest
 
-from ..probe import fixture as probe
+from ..probe import state as probe
 from ..errors import NpuLazyError
 from .inherit import adopt_basetemp, private_capture, reset_signals, save_coverage
 from .outputs import ChildOutputs
-from .logs import existing_loggers, quiet_preload_loggers
 from .processes import set_title
-from .protocol import Channel, ChannelClosed
+from .protocol import Channel, ChannelClosed, ProtocolError, send
 from ..probe.recorder import RECORDER
-from ..settings import Baseline, TestSettings
+from ..settings import TestSettings
+from . import messages
+from .preload import import_preload
 from .target import Target, TargetError, collect_target, identify, not_collected, resolve_exactly
 
 #: names of the files a child hands to the pytest process, in this order
 FILE_NAMES = ("stacks", "stdout", "stderr")
-
-
-def settings_from_payload(payload: dict) -> TestSettings:
-    return TestSettings(isolated=True, isolation=payload["isolation"],
-                        baseline=Baseline.from_dict(payload["baseline"]),
-                        timeout=payload["timeout"], block=tuple(payload["block"]),
-                        track=tuple(payload["track"]), preload_source=payload["preload_source"])
 
 
 class ChildRelay:
@@ -61,7 +55,7 @@ class ChildRelay:
                 self.state.finish()
                 report.npu_lazy = self.state.summary()  # type: ignore[attr-defined]
         data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
-        self.channel.send("report", data=data)
+        send(self.channel, messages.Report(data))
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -77,8 +71,7 @@ class ChildRelay:
 
     def send_warning(self, warning_message: warnings.WarningMessage, when: str = "runtest",
                      nodeid: str = "", location: Any = None) -> None:
-        self.channel.send("warning", warning=serialize_warning(warning_message), when=when,
-                          nodeid=nodeid, location=location)
+        send(self.channel, messages.WarningRecorded(serialize_warning(warning_message), when, nodeid, location))
 
 
 def serialize_warning(message: warnings.WarningMessage) -> dict:
@@ -118,8 +111,8 @@ def become_test_process(channel: Channel, config: pytest.Config) -> ChildRelay:
     faulthandler.enable(stacks, all_threads=True)
     faulthandler.register(signal.SIGUSR1, stacks, all_threads=True)
     fds = [stacks.fileno(), *private_capture(config)]
-    channel.send("files", fds=[fd for fd in fds if fd >= 0],
-                 names=[name for name, fd in zip(FILE_NAMES, fds) if fd >= 0])
+    send(channel, messages.Files([name for name, fd in zip(FILE_NAMES, fds) if fd >= 0]),
+         fds=[fd for fd in fds if fd >= 0])
     relay.stacks = stacks  # type: ignore[attr-defined]  # kept open as long as the process lives
     return relay
 
@@ -137,8 +130,8 @@ class TestRun:
         adopt_basetemp(self.config, target.basetemp)
         self.state = probe.new_state(nodeid, isolation, settings.baseline.label, settings.baseline.preload,
                                      preload_source=settings.preload_source)
-        self.state.watch = tuple(self.config.getini("npu_lazy_watch"))
-        self.state.listener = lambda phase: self.channel.send("phase", **phase)  # a crash still shows them
+        self.state.watch = settings.watch
+        self.state.listener = lambda phase: send(self.channel, messages.Phase(**phase))  # a crash still shows them
         set_title("child", nodeid)
         probe.set_active_state(self.state)
         relay.state = self.state
@@ -161,15 +154,16 @@ class TestRun:
         """Prepare and collect the test: in a spare child, while the previous test still runs."""
         if self.prepare():
             try:
-                self.find(collect_target(session, self.target, self.relay.deselected))
+                self.find(collect_target(session, self.target))
             except TargetError as exc:
                 self.not_run(f"npu_lazy: {exc}", error=True)
         self.state.end_runner_phase()
 
     def find(self, items: list[pytest.Item]) -> None:
-        """Take the target from what the child collected; say why when it is not there."""
+        """Take the target from what the child collected, deselected ones included: the pytest process
+        already chose to run it, and a filter here must not undo that. Say why when it is not there."""
         self.collected = True
-        self.item = identify(self.target, items)
+        self.item = identify(self.target, [*items, *self.relay.deselected])
 
     def execute(self) -> None:
         if not self.collected:
@@ -192,10 +186,10 @@ class TestRun:
         if problem:
             self.relay.send_warning(warnings.WarningMessage(pytest.PytestWarning(problem), pytest.PytestWarning,
                                                             "", 0), nodeid=self.nodeid)
-        self.channel.send("finished")
+        send(self.channel, messages.Finished())
 
     def not_run(self, text: str, error: bool) -> None:
-        self.channel.send("not_run", text=text, error=error)
+        send(self.channel, messages.NotRun(text, error))
         self.collected = False
 
     def guarded(self, body) -> bool:
@@ -208,41 +202,53 @@ class TestRun:
         try:
             body()
         except KeyboardInterrupt as exc:
-            self.channel.send("interrupted", exception="KeyboardInterrupt", message=str(exc), returncode=None)
+            send(self.channel, messages.Interrupted("KeyboardInterrupt", str(exc), None))
         except Exit as exc:
-            self.channel.send("interrupted", exception="Exit", message=exc.msg, returncode=exc.returncode)
+            send(self.channel, messages.Interrupted("Exit", exc.msg, exc.returncode))
         except BaseException:
             import traceback
 
-            self.channel.send("internal_error", text=traceback.format_exc())
+            send(self.channel, messages.InternalError(traceback.format_exc()))
             raise
         else:
             return True
         return False
 
 
-def serve_child(channel: Channel, session: pytest.Session, baseline: Baseline, isolation: str) -> None:
+def receive_prepare(channel: Channel) -> messages.Prepare:
+    """A child's first message: always Prepare (the launcher contract), or a ProtocolError."""
+    message, _ = messages.CHILD_ACCEPTS.receive(channel)
+    if not isinstance(message, messages.Prepare):
+        raise ProtocolError(f"a test child's first message must be {messages.Prepare.KIND!r}, not {message.KIND!r}")
+    return message
+
+
+def receive_run(channel: Channel, nodeid: str) -> None:
+    """Wait for the word to run the prepared test, or a ProtocolError if it names another."""
+    message, _ = messages.CHILD_ACCEPTS.receive(channel)
+    if not isinstance(message, messages.Run) or message.nodeid != nodeid:
+        raise ProtocolError(f"a test child prepared for {nodeid!r} was sent {message!r}")
+
+
+def serve_child(channel: Channel, session: pytest.Session) -> None:
     """Entry point of a forked child: take a test, collect it, run it when told, report, exit.
 
-    A spare child usually gets ``prepare`` while the test before it still
-    runs, so its collection is off the critical path; ``run`` then starts
-    the protocol at once.
+    A spare child usually gets Prepare while the test before it still runs,
+    so its collection is off the critical path; Run then starts the
+    protocol at once.
     """
     reset_signals()
     set_title("child", "spare, waiting for its test")
     RECORDER.reset_after_fork()
     relay = become_test_process(channel, session.config)
     try:
-        message = channel.recv()
-        if message.kind not in ("prepare", "run"):
-            return
-        run = TestRun(relay, settings_from_payload(message.payload["settings"]),
-                      Target.from_dict(message.payload["target"]), isolation)
+        prepare = receive_prepare(channel)
+        run = TestRun(relay, TestSettings.from_dict(prepare.settings), Target.from_dict(prepare.target), "fork")
         go_on = run.guarded(lambda: run.collect(session))
-        if message.kind == "prepare":
-            message = channel.recv()
-            if message.kind != "run" or message.payload["nodeid"] != run.nodeid:
-                return
+        receive_run(channel, run.nodeid)
+    except ProtocolError as exc:
+        print(f"pytest-npu-lazy: a test child ends: {exc}", file=sys.stderr)
+        return
     except ChannelClosed:
         return  # a spare child that was never needed
     if go_on:
@@ -260,8 +266,6 @@ class SpawnedSession:
     before session finish so it writes no cache, junit or other files.
     """
 
-    ENV = "PYTEST_NPU_LAZY_CHILD_FD"
-
     def __init__(self, config: pytest.Config, fd: int) -> None:
         import socket
 
@@ -272,22 +276,10 @@ class SpawnedSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        import importlib
-        import traceback
-
-        message = self.channel.recv()
-        settings = settings_from_payload(message.payload["settings"])
-        RECORDER.set_phase("preload")
-        loggers = existing_loggers()
-        failure = None
-        for module in settings.baseline.preload:
-            try:
-                importlib.import_module(module)
-            except BaseException:
-                failure = f"importing preload module {module!r} failed:\n{traceback.format_exc()}"
-                break
-        quiet_preload_loggers(self.config, loggers)
-        target = Target.from_dict(message.payload["target"])
+        prepare = receive_prepare(self.channel)  # a ProtocolError ends this process: its parent reports it
+        settings = TestSettings.from_dict(prepare.settings)
+        failure, _ = import_preload(settings.baseline.preload, self.config, capture=False)
+        target = Target.from_dict(prepare.target)
         self.run = TestRun(become_test_process(self.channel, self.config), settings, target, "spawn")
         if failure is not None:
             self.run.not_run(f"npu_lazy: {settings.baseline.label} could not be prepared: {failure}", error=True)
@@ -309,9 +301,10 @@ class SpawnedSession:
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
         run = self.run
         try:
-            run.find([*session.items, *run.relay.deselected])
+            run.find(session.items)
         except TargetError as exc:
             run.not_run(f"npu_lazy: {exc}", error=True)
+        receive_run(self.channel, run.nodeid)
         run.guarded(run.execute)
         self._exit()
         return True  # pragma: no cover - _exit does not return

@@ -22,9 +22,10 @@ from ..errors import MarkerError, NpuLazyError
 from .outputs import add_junit_extras, show_terminal_text
 from .processes import kill_group
 from .progress import RUNNER_PHASE_OF, PhaseProgress
-from .protocol import Channel, ChannelClosed, describe_status, report_from_data
+from . import messages
+from .outputs import record_warning, record_warning_text
+from .protocol import Channel, ChannelClosed, ProtocolError, describe_status, report_from_data, send
 from ..settings import Resolver, TestSettings
-from .target import order
 
 #: How long a child may take to report its exit status after its socket closed.
 EXIT_STATUS_TIMEOUT = 10.0
@@ -49,9 +50,13 @@ class Child(Protocol):
 
 
 class Launcher(Protocol):
-    def child(self, item: pytest.Item, settings: TestSettings) -> Child: ...
+    """Where children come from: the fork pool (:mod:`.pool`) or spawn (:mod:`.spawn`)."""
 
-    def prepare(self, item: pytest.Item, settings: TestSettings) -> None: ...
+    def child(self, item: pytest.Item, settings: TestSettings) -> Child:
+        """A child that has been sent ``item``'s :class:`~.messages.Prepare` (and may be collecting it)."""
+
+    def prepare(self, item: pytest.Item, settings: TestSettings) -> None:
+        """A hint that ``item`` runs next: a launcher may start preparing a child for it now."""
 
 
 class IsolationController:
@@ -135,7 +140,7 @@ class ChildRun:
         self.files: dict[str, int] = {}
         self.child: Child | None = None
         self.internal_error: str | None = None  # a traceback of pytest-npu-lazy's own code in the child
-        self.junit_extras: dict[str, Any] | None = None  # logged with the teardown report
+        self.junit_extras: messages.Junit | None = None  # logged with the teardown report
 
     def run(self, prepare_next=lambda: None) -> None:
         try:
@@ -144,7 +149,7 @@ class ChildRun:
             self._finish_with(f"npu_lazy: cannot start an isolated child: {exc}", error=True)
             return
         try:
-            self.child.channel.send("run", **order(self.item, self.settings))
+            send(self.child.channel, messages.Run(self.item.nodeid))
             prepare_next()
             self._relay()
         except BaseException:
@@ -164,33 +169,44 @@ class ChildRun:
                 self._timed_out()
                 return
             try:
-                message = channel.recv(remaining)
+                message, fds = messages.FROM_CHILD.receive(channel, remaining)
+            except ProtocolError as exc:
+                kill_group(self.child.pgid, signal.SIGKILL)
+                self.internal_error = (self.internal_error or "") + f"the pytest process could not read the child: {exc}\n"
+                self._crashed()
+                return
             except ChannelClosed:
                 self._crashed()
                 return
             if message is None:
                 continue
-            kind, payload = message.kind, message.payload
-            if kind == "report":
-                self._log(report_from_data(self.config, payload["data"]))
-            elif kind == "phase":
-                self.progress.update(payload)
-            elif kind == "warning":
-                self._warn(payload)
-            elif kind == "terminal":
-                show_terminal_text(self.config, payload["text"])
-            elif kind == "junit":
-                self.junit_extras = payload
-            elif kind == "files":
-                self.files = dict(zip(payload["names"], message.fds))
-            elif kind == "not_run":
-                self._finish_with(payload["text"], error=payload["error"])
-            elif kind == "interrupted":
-                self._interrupt(payload)
-            elif kind == "internal_error":
-                self.internal_error = payload["text"]
-            elif kind == "finished":
+            if self._handle(message, fds):
                 return
+
+    def _handle(self, message, fds: list[int]) -> bool:
+        """One message from the child; True at its last."""
+        if isinstance(message, messages.Report):
+            self._log(report_from_data(self.config, message.data))
+        elif isinstance(message, messages.Phase):
+            self.progress.update(message)
+        elif isinstance(message, messages.WarningRecorded):
+            record_warning(self.config, deserialize_warning(message.warning), nodeid=message.nodeid,
+                           when=message.when, location=tuple(message.location) if message.location else None)
+        elif isinstance(message, messages.Terminal):
+            show_terminal_text(self.config, message.text)
+        elif isinstance(message, messages.Junit):
+            self.junit_extras = message
+        elif isinstance(message, messages.Files):
+            self.files = dict(zip(message.names, fds))
+        elif isinstance(message, messages.NotRun):
+            self._finish_with(message.text, error=message.error)
+        elif isinstance(message, messages.Interrupted):
+            self._interrupt(message)
+        elif isinstance(message, messages.InternalError):
+            self.internal_error = message.text
+        elif isinstance(message, messages.Finished):
+            return True
+        return False
 
     def _log(self, report: TestReport) -> None:
         self.phases_reported[report.when] = report.outcome
@@ -198,16 +214,11 @@ class ChildRun:
             add_junit_extras(self.config, report, self.junit_extras)
         self.item.ihook.pytest_runtest_logreport(report=report)
 
-    def _warn(self, payload: dict[str, Any]) -> None:
-        self.config.hook.pytest_warning_recorded.call_historic(kwargs=dict(
-            warning_message=deserialize_warning(payload["warning"]), when=payload["when"],
-            nodeid=payload["nodeid"], location=tuple(payload["location"]) if payload["location"] else None))
-
-    def _interrupt(self, payload: dict[str, Any]) -> None:
+    def _interrupt(self, message: messages.Interrupted) -> None:
         self.child.channel.close()
-        if payload["exception"] == "Exit":
-            pytest.exit(payload["message"], returncode=payload["returncode"])
-        raise KeyboardInterrupt(payload["message"])
+        if message.exception == "Exit":
+            pytest.exit(message.message, returncode=message.returncode)
+        raise KeyboardInterrupt(message.message)
 
     def _crashed(self) -> None:
         status = self.child.exit_status(EXIT_STATUS_TIMEOUT)
@@ -266,7 +277,8 @@ class ChildRun:
                     if (content := self._read_file(name))]
         if "teardown" in reported:
             # every report is in; what broke came after them, so it becomes a warning
-            self._warn_text(f"{self.item.nodeid}: {text}")
+            record_warning_text(self.config, f"{self.item.nodeid}: {text}", nodeid=self.item.nodeid,
+                                category=pytest.PytestWarning)
             return
         reports = synthesized(self.item, when, text, error=error, sections=sections)
         reports[0].duration = self.progress.elapsed(RUNNER_PHASE_OF[when])
@@ -274,14 +286,9 @@ class ChildRun:
             reports[-1].npu_lazy = self.progress.summary({  # type: ignore[attr-defined]
                 "isolation": self.settings.isolation, "baseline": self.settings.baseline.label,
                 "preload": list(self.settings.baseline.preload), "blocked": list(self.settings.block),
-                "watch": list(self.config.getini("npu_lazy_watch"))})
+                "watch": list(self.settings.watch)})
         for report in reports:
             self._log(report)
-
-    def _warn_text(self, text: str) -> None:
-        self.config.hook.pytest_warning_recorded.call_historic(kwargs=dict(
-            warning_message=warnings.WarningMessage(pytest.PytestWarning(text), pytest.PytestWarning, "", 0),
-            when="runtest", nodeid=self.item.nodeid, location=None))
 
 
 _HARNESS_FRAMES = ("/_pytest/", "/pluggy/", "/pytest_npu_lazy/", "<frozen runpy>", "/pytest/__main__.py")

@@ -20,6 +20,9 @@ from typing import Any
 
 import pytest
 
+from .messages import Junit, Terminal
+from .protocol import send
+
 
 def _xml(config: pytest.Config):
     from _pytest.junitxml import xml_key
@@ -37,7 +40,7 @@ class _ChannelFile:
 
     def write(self, text: str) -> int:
         if self.outputs.sending and text:
-            self.outputs.channel.send("terminal", text=text)
+            send(self.outputs.channel, Terminal(text))
         return len(text)
 
     def flush(self) -> None:
@@ -95,7 +98,7 @@ class ChildOutputs:
                       for name, value in reporter.attrs.items()]
         properties = [list(p) for p in self.xml.global_properties[self._properties_before:]]
         if attributes or properties:
-            self.channel.send("junit", attributes=attributes, suite_properties=properties)
+            send(self.channel, Junit(attributes, properties))
 
 
 # -- in the pytest process --------------------------------------------------------
@@ -106,14 +109,32 @@ def show_terminal_text(config: pytest.Config, text: str) -> None:
         reporter.write(text, flush=True)
 
 
-def add_junit_extras(config: pytest.Config, report: pytest.TestReport, extras: dict[str, Any]) -> None:
+def add_junit_extras(config: pytest.Config, report: pytest.TestReport, extras: Junit) -> None:
     """Before the teardown report is logged: what record_xml_attribute and record_testsuite_property recorded."""
     xml = _xml(config)
     if xml is None:
         return
-    if extras["attributes"]:
+    if extras.attributes:
         reporter = xml.node_reporter(report)
-        for name, value in extras["attributes"]:
+        for name, value in extras.attributes:
             reporter.add_attribute(name, value)
-    for name, value in extras["suite_properties"]:
+    for name, value in extras.suite_properties:
         xml.add_global_property(name, value)
+
+
+def record_warning(config: pytest.Config, warning_message, nodeid: str = "", when: str = "runtest",
+                   location=None) -> None:
+    """A warning for the summary, as pytest records one: every warning this plugin shows goes through here."""
+    config.hook.pytest_warning_recorded.call_historic(kwargs=dict(
+        warning_message=warning_message, when=when, nodeid=nodeid, location=location))
+
+
+def record_warning_text(config: pytest.Config, text: str, nodeid: str = "", filename: str = "",
+                        category: type[Warning] | None = None) -> None:
+    """``text`` as a warning of ``category`` (default: NpuLazyWarning) in the summary."""
+    import warnings
+
+    from ..errors import NpuLazyWarning
+
+    category = category or NpuLazyWarning
+    record_warning(config, warnings.WarningMessage(category(text), category, filename, 0), nodeid=nodeid)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 
+from .messages import Phase
+
 #: the report's ``when`` -> the runner phase it covers
 RUNNER_PHASE_OF = {"setup": "setup", "call": "test", "teardown": "teardown"}
 
@@ -24,13 +26,14 @@ class PhaseProgress:
         self.phases: dict[str, dict] = {}
         self._received: dict[str, float] = {}  # phase -> when its start arrived, on this process's clock
 
-    def update(self, phase: dict) -> None:
-        """One ``phase`` message: a start (duration None) or an end."""
-        known = self.phases.setdefault(phase["name"], dict(phase))
-        if phase["duration"] is None:
-            self._received.setdefault(phase["name"], time.monotonic())
+    def update(self, phase: Phase) -> None:
+        """One Phase message: a start (duration None) or an end."""
+        known = self.phases.setdefault(phase.name, {"parent": phase.parent, "start": phase.start,
+                                                    "duration": phase.duration})
+        if phase.duration is None:
+            self._received.setdefault(phase.name, time.monotonic())
         else:
-            known["duration"] = phase["duration"]
+            known["duration"] = phase.duration
 
     def elapsed(self, name: str) -> float:
         """How long phase ``name`` ran: as reported when it ended, else from its start until now."""

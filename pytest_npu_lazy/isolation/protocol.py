@@ -1,23 +1,17 @@
-"""Messages between the pytest process, zygotes and test children.
+"""Framed messages between processes: the channel, and typed messages on it.
 
 Each message is a named event with a JSON payload, framed by a 4-byte length
 on a Unix stream socket. File descriptors (a new child's socket, a child's
 capture files) travel alongside as SCM_RIGHTS ancillary data; a message says
 how many it carries and the receiver takes them in order.
 
-Names, by direction:
-
-pytest -> root zygote   ``start_zygote`` {key, baseline}
-root zygote -> pytest   ``zygote_started`` {key, pid} +1 fd, ``zygote_exited`` {pid, status}
-pytest -> zygote        ``fork_child`` {}
-zygote -> pytest        ``ready`` {pid, error, warnings}, ``child_forked`` {pid} +1 fd,
-                        ``fork_refused`` {reason}, ``child_exited`` {pid, status}
-pytest -> child         ``prepare`` and ``run`` {nodeid, settings, target} (see :mod:`.target`)
-child -> pytest         ``files`` {names} +n fds, ``report`` {data}, ``warning`` {...},
-                        ``terminal`` {text}, ``junit`` {attributes, suite_properties},
-                        ``not_run`` {text, error}, ``internal_error`` {text},
-                        ``phase`` {name, parent, start, duration} as each phase starts (duration
-                        null) and ends, ``interrupted`` {exception, message, returncode}, ``finished`` {}
+What travels is always a frozen dataclass whose ``KIND`` names the event
+and whose fields are its payload (:func:`send`); the receiver names the
+kinds it accepts (:class:`Accepts`) and gets the dataclass back. A kind or
+a field it does not know raises :class:`ProtocolError`, as pytest-xdist's
+controller does for an unknown event: a message is never dropped unread.
+The isolation's messages are in :mod:`.messages`, run_python's in
+:mod:`pytest_npu_lazy.python_c.messages`.
 """
 
 from __future__ import annotations
@@ -31,6 +25,7 @@ import struct
 import threading
 import time
 from collections import deque
+from dataclasses import fields
 from typing import Any, NamedTuple
 
 _HEADER = struct.Struct("!II")  # payload length, number of fds
@@ -45,6 +40,15 @@ class Message(NamedTuple):
 
 class ChannelClosed(EOFError):
     """The other end closed its socket: it exited, crashed or was killed."""
+
+
+class ProtocolError(ChannelClosed):
+    """The other end sent a message this end does not accept: a bug on one side, never a test's doing.
+
+    It is a ChannelClosed too, because nothing more can be read from that
+    peer with confidence: every caller that ends a conversation on EOF ends
+    it here as well, and the ones that report to a person name the message.
+    """
 
 
 class Channel:
@@ -115,6 +119,37 @@ class Channel:
             pass
         while self._fds:
             _close_fd(self._fds.popleft())
+
+
+def send(channel: Channel, message: Any, fds: list[int] | tuple[int, ...] = ()) -> None:
+    """Send a typed message: its ``KIND`` and its fields (a shallow copy: payloads are plain data)."""
+    channel.send(message.KIND, fds=fds, **{f.name: getattr(message, f.name) for f in fields(message)})
+
+
+class Accepts:
+    """The message types one end accepts on one channel, by kind."""
+
+    def __init__(self, *types: type) -> None:
+        self.types = {cls.KIND: cls for cls in types}
+
+    def receive(self, channel: Channel, timeout: float | None = None) -> tuple[Any, list[int]]:
+        """The next message as its dataclass, with the descriptors it carried: ``(message, fds)``.
+
+        ``(None, [])`` when ``timeout`` passes first; ChannelClosed when the
+        peer is gone; ProtocolError for a kind or payload this end does not know.
+        """
+        raw = channel.recv(timeout)
+        if raw is None:
+            return None, []
+        cls = self.types.get(raw.kind)
+        if cls is None:
+            for fd in raw.fds:
+                _close_fd(fd)
+            raise ProtocolError(f"unexpected message {raw.kind!r}; this end accepts {', '.join(self.types)}")
+        try:
+            return cls(**raw.payload), raw.fds
+        except TypeError as exc:
+            raise ProtocolError(f"message {raw.kind!r} with payload keys {sorted(raw.payload)}: {exc}") from None
 
 
 def _wait_readable(sock: socket.socket, timeout: float) -> bool:

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from .child import SpawnedSession
 from .processes import kill_group
-from .protocol import Channel
+from .messages import CHILD_FD_ENV
+from .protocol import Channel, send
 from ..settings import TestSettings
-from .target import Target
+from .target import Target, prepare_message
 
 
 @dataclass
@@ -68,7 +68,7 @@ class SpawnLauncher:
     def child(self, item: pytest.Item, settings: TestSettings) -> SpawnedChild:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ, **self.extra_env)
-        env[SpawnedSession.ENV] = str(theirs.fileno())
+        env[CHILD_FD_ENV] = str(theirs.fileno())
         env.update(settings.baseline.environment())
         try:
             process = subprocess.Popen(
@@ -77,7 +77,9 @@ class SpawnLauncher:
                 start_new_session=True)
         finally:
             theirs.close()
-        return SpawnedChild(process, Channel(ours))
+        child = SpawnedChild(process, Channel(ours))
+        send(child.channel, prepare_message(item, settings))  # read at its session start
+        return child
 
 
 def child_arguments(config: pytest.Config, item: pytest.Item) -> list[str]:

@@ -31,6 +31,7 @@ from typing import Any, Callable
 import pytest
 
 from .inherit import session_basetemp
+from .messages import Prepare
 
 _TARGET_KEY = pytest.StashKey["Target"]()
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
@@ -77,9 +78,9 @@ class Target:
         return cls(data["nodeid"], data["argument"], tuple(data["names"]), dict(data["params"]), data["basetemp"])
 
 
-def order(item: pytest.Item, settings) -> dict[str, Any]:
-    """The payload of the ``prepare`` and ``run`` messages: which test, with which settings."""
-    return {"nodeid": item.nodeid, "settings": settings.to_dict(), "target": Target.of(item).to_dict()}
+def prepare_message(item: pytest.Item, settings) -> Prepare:
+    """What a child is told before it runs ``item``: which test, with which settings."""
+    return Prepare(item.nodeid, settings.to_dict(), Target.of(item).to_dict())
 
 
 def node_argument(config: pytest.Config, nodeid: str) -> str:
@@ -121,11 +122,11 @@ def resolve_exactly(target: Target) -> Callable[[], None]:
     return undo
 
 
-def collect_target(session: pytest.Session, target: Target, extra: list[pytest.Item]) -> list[pytest.Item]:
+def collect_target(session: pytest.Session, target: Target) -> list[pytest.Item]:
     """Collect only the target (pytest's UsageError becomes a TargetError that keeps its text)."""
     undo = resolve_exactly(target)
     try:
-        return [*session.perform_collect([target.argument]), *extra]
+        return list(session.perform_collect([target.argument]))
     except pytest.UsageError as exc:
         raise not_collected(target, exc) from None
     finally:

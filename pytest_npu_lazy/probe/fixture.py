@@ -10,257 +10,32 @@ passing or failing by accident.
 from __future__ import annotations
 
 import contextlib
-import linecache
 import os
 import sys
 import warnings
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from . import inductor_cache
-from .blocking import ModuleBlocker
 from ..errors import BaselineContaminatedError, BlockError, NpuLazyWarning, ProbeUsageError
 from .modules import unknown_name_problem
-from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder, matches
-from ..reports.schema import DEFAULT_WATCH
-from .tracking import CallTracker
+from .recorder import ImportRecord
+from .state import (RESERVED_PHASES, PhaseSpan, ProbeState, _explaining_record, active_state,
+                    format_chain, new_state, set_active_state)
 
-#: Phases the runner sets around pytest's own protocol; tests cannot reuse them.
-RUNNER_PHASES = ("collect", "setup", "test", "teardown")
-RESERVED_PHASES = RUNNER_PHASES + BASELINE_PHASES
-
-
-@dataclass
-class PhaseSpan:
-    name: str
-    started: float
-    ended: float | None = None
-    parent: str | None = None
-    entries: int = 1
-
-    @property
-    def duration(self) -> float:
-        return (self.ended if self.ended is not None else self.started) - self.started
+#: the attribute of a broken guarantee's AssertionError, and of the test report it fails, that holds it as data
+VIOLATION_ATTRIBUTE = "npu_lazy_violation"
 
 
-@dataclass
-class ProbeState:
-    """Per-test state shared by the isolated runner and the fixture."""
+def broken_guarantee(text: str, violation: dict) -> AssertionError:
+    """The AssertionError a person reads, carrying the same violation as data for the reports.
 
-    recorder: ImportRecorder
-    nodeid: str
-    #: records that started before this instant belong to the baseline
-    baseline_cutoff: float
-    #: how the test was run: "fork", "spawn" or "in-process"
-    isolation: str
-    #: where the baseline came from, for error messages: "zygote preload ['torch']"
-    baseline_label: str = "the pytest process"
-    preload: tuple[str, ...] = ()
-    #: who chose the preload: "marker", "--npu-lazy-preload" or "ini npu_lazy_preload"
-    preload_source: str = "ini npu_lazy_preload"
-    #: why an in-process test is not isolated: "isolate-off", "not-marked" or "pytest-forked"
-    in_process_reason: str | None = None
-    phases: list[PhaseSpan] = field(default_factory=list)
-    blocker: ModuleBlocker = field(default_factory=ModuleBlocker)
-    tracker: CallTracker | None = None
-    #: how many import attempts the baseline made: this test's own come after them
-    attempts_before: int = 0
-    #: modules whose loading a failing phase explains (ini npu_lazy_watch)
-    watch: tuple[str, ...] = DEFAULT_WATCH
-    #: (from, to) spans a spare child waited for its turn: no phase, and cut out of the time line
-    idle: list[tuple[float, float]] = field(default_factory=list)
-    _idle_since: float | None = None
-    #: told of every phase as it starts and ends (a child streams them home, so a crash still shows them)
-    listener: Callable[[dict], None] | None = None
-    #: Inductor's cache counters when the test started: cold and warm runs load different modules
-    cache_counters: dict[str, int] = field(default_factory=inductor_cache.snapshot)
-
-    def __post_init__(self) -> None:
-        if self.tracker is None:
-            self.tracker = CallTracker(self.recorder)
-        self.blocker._describe_origin = lambda name: self.origin_of(name, short=True)
-
-    # -- phases -----------------------------------------------------------
-    @contextlib.contextmanager
-    def enter(self, name: str, repeatable: bool = False) -> Iterator[PhaseSpan]:
-        span = next((p for p in self.phases if p.name == name), None)
-        if span is not None and not repeatable:
-            raise ProbeUsageError(
-                f"phase {name!r} was already used in this test; phase names identify what loaded "
-                "a module, so each one may be entered once. Give the second one its own name, "
-                f"e.g. {name + '_2'!r}.")
-        previous = self.recorder.set_phase(name)
-        now = self.recorder._now()
-        if span is None:
-            span = PhaseSpan(name, now, parent=previous)
-            self.phases.append(span)
-            self._notify(span)
-        else:
-            span.entries += 1
-        try:
-            yield span
-        except BaseException as exc:
-            self._explain_failure(name, exc)
-            raise
-        finally:
-            self.recorder.set_phase(previous)
-            span.ended = self.recorder._now()
-            self._notify(span)
-
-    def _explain_failure(self, phase: str, exc: BaseException) -> None:
-        """A phase that raised (a wrapper that cannot be created...) says which watched modules it loaded."""
-        if not hasattr(exc, "add_note") or getattr(exc, "_npu_lazy_phase", None):  # Python < 3.11; outer phase
-            return
-        exc._npu_lazy_phase = phase  # the innermost phase explains; enclosing ones add nothing
-        self.recorder.sweep()
-        explained = False
-        for pattern in self.watch:
-            records = [r for r in self.recorder.loaded(pattern) if r.phase == phase]
-            if records:
-                first = _explaining_record(records, pattern)
-                explained = True
-                exc.add_note(f"npu_lazy: phase {phase!r} raised after it loaded watched module {first.name!r} "
-                             f"(loaded during phase {phase!r})\n{format_chain(self.recorder, first.name)}")
-        if not explained:
-            exc.add_note(f"npu_lazy: raised during phase {phase!r}")
-
-    def runner_phase(self, name: str) -> None:
-        """Switch to a runner phase (setup, test, teardown), closing the previous one."""
-        now = self.recorder._now()
-        if self._idle_since is not None:
-            self.idle.append((self._idle_since, now))
-            self._idle_since = None
-        self._close_runner_phase(now)
-        self.recorder.set_phase(name)
-        self.phases.append(PhaseSpan(name, now))
-        self._notify(self.phases[-1])
-
-    def end_runner_phase(self) -> float:
-        """Close the open runner phase now: a spare child that collected its test waits for its turn, and
-        waiting is no phase and no part of the test's time (reports would count the previous test twice)."""
-        now = self.recorder._now()
-        self._close_runner_phase(now)
-        self._idle_since = now
-        return now
-
-    def _close_runner_phase(self, now: float) -> None:
-        if self.phases and self.phases[-1].ended is None and self.phases[-1].name in RUNNER_PHASES:
-            self.phases[-1].ended = now
-            self._notify(self.phases[-1])
-
-    def offset(self, instant: float) -> float:
-        """Seconds from the test's start to ``instant``, not counting the waits before it."""
-        return instant - self.baseline_cutoff - sum(end - start for start, end in self.idle if end <= instant)
-
-    def _notify(self, span: PhaseSpan) -> None:
-        if self.listener is not None:
-            self.listener({"name": span.name, "parent": span.parent, "start": self.offset(span.started),
-                           "duration": None if span.ended is None else span.duration})
-
-    def finish(self) -> None:
-        now = self.recorder._now()
-        for span in self.phases:
-            if span.ended is None:
-                span.ended = now
-        self.recorder.sweep()
-        self.blocker.restore()
-
-    def summary(self) -> dict:
-        """Plain data for the reports (terminal, JSON, JUnit, budget, HTML), sent home with the teardown report.
-
-        Per phase: its place in time (seconds from the test's start), the
-        modules first loaded in it with importer, start and duration (the
-        waterfall), their count (the budget), and for each ``watch`` pattern
-        with a first load here, the module that explains it with its import
-        chain. Chains are kept for watched modules only, to stay small.
-        """
-        watch = self.watch
-        by_phase: dict[str, list[ImportRecord]] = {}
-        records = self.recorder.records
-        ours = [r for r in self.recorder.attempts[self.attempts_before:]  # this test's, in load order
-                if r.status in ("loaded", "untracked") and records.get(r.name) is r]
-        for record in sorted(ours, key=lambda r: r.started):
-            by_phase.setdefault(record.phase, []).append(record)
-        spans = [(span.name, span.parent, self.offset(span.started), span.duration) for span in self.phases]
-        named = {span.name for span in self.phases}
-        # loads between the test's start and its first runner phase keep the phase they happened in
-        spans[:0] = [(name, None, self.offset(records[0].started), 0.0)
-                     for name, records in by_phase.items() if name not in named]
-
-        def watched(records: list[ImportRecord]) -> list[dict]:
-            found = []
-            for pattern in watch:
-                hits = [r for r in records if matches(r.name, pattern)]
-                if not hits:
-                    continue
-                first = _explaining_record(hits, pattern)
-                found.append({
-                    "pattern": pattern, "module": first.name, "count": len(hits), "duration": first.duration,
-                    "chain": self.recorder.link_texts(first.name),
-                    "trigger": str(first.trigger) if first.trigger is not None else None,
-                })
-            return found
-
-        return {
-            "isolation": self.isolation,
-            "baseline": self.baseline_label,
-            "preload": list(self.preload),
-            "blocked": list(self.blocker.blocked),
-            "watch": list(watch),
-            "inductor_cache": inductor_cache.state(self.cache_counters, inductor_cache.snapshot()),
-            "phases": [
-                {"name": name, "parent": parent, "start": start, "duration": duration,
-                 "module_count": len(by_phase.get(name, [])),
-                 "modules": [_module_entry(r, self.offset(r.started)) for r in by_phase.get(name, [])],
-                 "watched": watched(by_phase.get(name, []))}
-                for name, parent, start, duration in spans
-            ],
-        }
-
-    # -- provenance -------------------------------------------------------
-    def in_baseline(self, record: ImportRecord) -> bool:
-        return record.phase in BASELINE_PHASES or record.started < self.baseline_cutoff
-
-    def origin_of(self, name: str, short: bool = False) -> str:
-        record = self.recorder.record_of(name)
-        if record is None:
-            return ""
-        where = f" at {record.trigger}" if record.trigger else ""
-        if record.phase == "before-recording":
-            text = " before pytest-npu-lazy started recording (by the interpreter, sitecustomize or a plugin loaded earlier)"
-        elif record.phase == "pytest":
-            text = f" in the pytest process before the zygote forked{where}"
-        elif record.phase == "preload":
-            text = f" by the zygote's preload {list(self.preload)}{where}"
-        else:
-            text = f" during phase {record.phase!r}{where}"
-        if short:
-            return text
-        return text + "\n" + format_chain(self.recorder, name)
-
-
-def _module_entry(record: ImportRecord, start: float) -> dict:
-    """A module in a summary; one that no other load caused keeps the code that asked for it."""
-    entry = {"name": record.name, "parent": record.parent, "start": start,
-             "duration": record.duration, "untracked": record.status == "untracked"}
-    if record.parent is None and record.trigger is not None:
-        entry["trigger"] = f"{record.trigger.module} ({record.trigger})"
-    return entry
-
-
-def format_chain(recorder: ImportRecorder, name: str) -> str:
-    """The chain and the line that started it, as a person wants to read it."""
-    chain = recorder.chain(name)
-    if not chain:
-        return "  (no import record: loaded outside the import system)"
-    lines = ["  import chain: " + " <- ".join(recorder.link_texts(name))]
-    trigger = chain[0].trigger
-    if trigger is not None:
-        lines.append(f"  triggered at: {trigger}")
-        source = linecache.getline(trigger.filename, trigger.lineno).strip()
-        if source:
-            lines.append(f"      {source}")
-    return "\n".join(lines)
+    ``violation``: ``{"kind": "loaded" | "missing", "module", "phase", "chain"}``
+    (docs/reports.md). The plugin copies it onto the report of the phase it
+    fails, so it travels from a child with pytest's own report serialisation
+    and no report code ever reads the text back.
+    """
+    error = AssertionError(text)
+    setattr(error, VIOLATION_ATTRIBUTE, violation)
+    return error
 
 
 class CompiledFunction:
@@ -371,15 +146,16 @@ class NpuLazy:
         self._check_patterns(patterns, guard=False)
         missing = [p for p in patterns if not self._state.recorder.loaded(p)]
         if missing:
-            raise AssertionError(
-                f"npu_lazy: expected loaded, but not loaded (phase {self._state.recorder.phase!r}): "
-                + ", ".join(missing))
+            phase = self._state.recorder.phase
+            raise broken_guarantee(
+                f"npu_lazy: expected loaded, but not loaded (phase {phase!r}): " + ", ".join(missing),
+                {"kind": "missing", "module": missing[0], "phase": phase, "chain": [missing[0]]})
 
     def assert_not_loaded(self, *patterns: str) -> None:
         """Fail naming the phase, the import chain and the line that loaded each one."""
         __tracebackhide__ = True
         self._check_patterns(patterns, guard=True)
-        problems = []
+        problems, violation = [], None
         for pattern in patterns:
             records = self._state.recorder.loaded(pattern)
             if not records:
@@ -389,8 +165,10 @@ class NpuLazy:
             problems.append(
                 f"{first.name!r} must not be loaded yet, but it was loaded during phase {first.phase!r}\n"
                 + format_chain(self._state.recorder, first.name) + more)
+            violation = violation or {"kind": "loaded", "module": first.name, "phase": first.phase,
+                                      "chain": self._state.recorder.link_texts(first.name)}
         if problems:
-            raise AssertionError("npu_lazy: " + "\n\nnpu_lazy: ".join(problems))
+            raise broken_guarantee("npu_lazy: " + "\n\nnpu_lazy: ".join(problems), violation)
 
     def first_loaded(self, module: str) -> str | None:
         """The phase in which ``module`` first loaded, or None if it is not loaded."""
@@ -483,11 +261,6 @@ class NpuLazy:
             raise BaselineContaminatedError(_contamination_message(state, pattern, record))
 
 
-def _explaining_record(records: list[ImportRecord], pattern: str) -> ImportRecord:
-    """The package a pattern names explains best, though it loads after the submodule asked for."""
-    return next((r for r in records if r.name == pattern), records[0])
-
-
 def _preload_fix(state: ProbeState) -> str:
     """Where to change the preload: the marker when the test's own marker chose it, else the session default."""
     now = list(state.preload)
@@ -518,18 +291,6 @@ def _contamination_message(state: ProbeState, pattern: str, record: ImportRecord
             f"before this test started,{state.origin_of(record.name)}\n"
             f"The test started from {state.baseline_label}; a module that is already loaded "
             f"can prove nothing about deferred loading. Fix: {fix}")
-
-
-def new_state(nodeid: str, isolation: str, baseline_label: str, preload=(), recorder: ImportRecorder = RECORDER,
-              preload_source: str = "ini npu_lazy_preload", in_process_reason: str | None = None) -> ProbeState:
-    """State for a test starting now: everything loaded so far is its baseline."""
-    if not recorder.installed:
-        recorder.install()
-    recorder.sweep()
-    return ProbeState(recorder=recorder, nodeid=nodeid, baseline_cutoff=recorder._now(),
-                      isolation=isolation, baseline_label=baseline_label, preload=tuple(preload),
-                      attempts_before=len(recorder.attempts), preload_source=preload_source,
-                      in_process_reason=in_process_reason)
 
 
 _IN_PROCESS_LABELS = {
@@ -568,6 +329,7 @@ def probe_for(node, settings, isolate: str = "marked") -> Iterator[NpuLazy]:
     set_active_state(state)
     try:
         options = settings()
+        state.watch = options.watch
         state.blocker.block(*options.block)
         for target in options.track:
             state.tracker.track(target)
@@ -578,13 +340,3 @@ def probe_for(node, settings, isolate: str = "marked") -> Iterator[NpuLazy]:
         state.recorder.set_phase("pytest")
 
 
-_ACTIVE: ProbeState | None = None
-
-
-def active_state() -> ProbeState | None:
-    return _ACTIVE
-
-
-def set_active_state(state: ProbeState | None) -> None:
-    global _ACTIVE
-    _ACTIVE = state

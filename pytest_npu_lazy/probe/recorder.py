@@ -130,6 +130,18 @@ def matches(name: str, pattern: str) -> bool:
     return name == pattern or name.startswith(pattern + ".")
 
 
+def importers(name: str, importer_of: Callable[[str], "str | None"]) -> list[str]:
+    """``[name, its importer, that one's importer, ...]`` until one has none or a module repeats.
+
+    The one walk up an import chain: the recorder walks its records, the
+    budget gate the module lists a child sent home.
+    """
+    chain = [name]
+    while (parent := importer_of(chain[-1])) is not None and parent not in chain:
+        chain.append(parent)
+    return chain
+
+
 class ImportRecorder:
     """Records first loads per phase; one instance per process, inherited by forks."""
 
@@ -237,14 +249,15 @@ class ImportRecorder:
 
     def chain(self, name: str) -> list[ImportRecord]:
         """The record of ``name``, then of each importer up to the first one."""
-        chain: list[ImportRecord] = []
-        seen: set[str] = set()
         record = self.record_of(name)
-        while record is not None and record.name not in seen:
-            chain.append(record)
-            seen.add(record.name)
-            record = self.records.get(record.parent) if record.parent else None
-        return chain
+        if record is None:
+            return []
+
+        def importer(module: str) -> str | None:
+            parent = self.records[module].parent
+            return parent if parent in self.records else None
+
+        return [record, *(self.records[n] for n in importers(record.name, importer)[1:])]
 
     def links(self, name: str) -> list[tuple[str, CodeLocation | None]]:
         """The chain as (module, where its code asked for the previous link) pairs.

@@ -1,8 +1,9 @@
 """Typed messages between run_python's caller, its zygote and the zygote's children.
 
-Each message is a frozen dataclass; it travels as a :mod:`protocol` frame
-whose kind is the class's ``KIND`` and whose payload is its fields. The
-receiving side gets the dataclass back, never text to parse.
+Each message is a frozen dataclass; it travels as a
+:mod:`pytest_npu_lazy.isolation.protocol` frame whose kind is the class's
+``KIND`` and whose payload is its fields. The receiving side gets the
+dataclass back, never text to parse.
 
 Directions:
 
@@ -18,10 +19,10 @@ This module runs in the pytest process and in zygotes: standard library only.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import ClassVar, Optional
 
-from ..isolation.protocol import Channel, ChannelClosed
+from ..isolation.protocol import Accepts, send  # noqa: F401 - send is this module's API too
 
 #: the order of the descriptors that travel with a Run message
 RUN_FDS = ("call", "cwd", "stdout", "stderr", "stdin")
@@ -94,23 +95,6 @@ class Exited:
         return SetupOutcome(**self.setup) if self.setup else None
 
 
-_TYPES = {cls.KIND: cls for cls in (Run, Shutdown, Ready, Kill, Exited)}
-
-
-def send(channel: Channel, message, fds=()) -> None:
-    channel.send(message.KIND, fds=list(fds), **asdict(message))
-
-
-def receive(channel: Channel, timeout: float | None = None):
-    """The next message as its dataclass, with the descriptors it carried: ``(message, fds)``.
-
-    ``(None, [])`` when ``timeout`` passes first; ChannelClosed when the other end is gone.
-    """
-    raw = channel.recv(timeout)
-    if raw is None:
-        return None, []
-    cls = _TYPES.get(raw.kind)
-    if cls is None:
-        raise ChannelClosed(f"unexpected message {raw.kind!r}")
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in raw.payload.items() if k in names}), raw.fds
+#: every message of run_python's channels; each end gets only what it expects, or a ProtocolError
+ACCEPTS = Accepts(Run, Shutdown, Ready, Kill, Exited)
+receive = ACCEPTS.receive

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..probe import inductor_cache
-from ..probe.recorder import matches
+from ..probe.recorder import importers, matches
 from .schema import BASELINE_SCHEMA, BASELINE_SCHEMA_VERSION
 
 #: New modules listed per phase in a failure; the JSON report has them all.
@@ -67,14 +67,9 @@ def _loads(summary: dict) -> dict[str, dict]:
 
 def chain_of(name: str, loads: dict[str, dict]) -> list[str]:
     """``[name, importer, ..., the code that asked for the first one]``, as far as this test loaded them."""
-    chain = [name]
-    module = loads.get(name, {})
-    while module.get("parent") is not None and module["parent"] not in chain:
-        chain.append(module["parent"])
-        module = loads.get(module["parent"], {})
-    if module.get("trigger"):
-        chain.append(module["trigger"])
-    return chain
+    chain = importers(name, lambda module: loads.get(module, {}).get("parent"))
+    trigger = loads.get(chain[-1], {}).get("trigger")
+    return [*chain, trigger] if trigger else chain
 
 
 def check(baseline: dict, summary: dict, watch: Iterable[str], growth: float) -> list[dict]:

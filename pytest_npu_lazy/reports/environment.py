@@ -9,11 +9,11 @@ from __future__ import annotations
 import platform
 import sys
 from dataclasses import asdict, dataclass
-from importlib import metadata
 
 import pytest
 
 from ..cann import CannStatus, npu_device_usable
+from ..cann.common import distribution_version
 
 REQUIRES_NPU_HELP = (
     "requires_npu(emulated=False): the test needs a real NPU device; it skips, saying why, on the CANN host "
@@ -22,19 +22,12 @@ REQUIRES_NPU_HELP = (
 )
 
 
-def _version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def triton_flavour() -> tuple[str, str | None]:
     """("triton-ascend" | "upstream" | "absent", version)."""
-    ascend = _version("triton-ascend")
+    ascend = distribution_version("triton-ascend")
     if ascend:
         return "triton-ascend", ascend
-    upstream = _version("triton")
+    upstream = distribution_version("triton")
     if upstream:
         return "upstream", upstream
     return "absent", None
@@ -99,7 +92,7 @@ class Environment:
 
 
 def describe(cann: CannStatus, npu_checked: tuple[bool, str] | None = None) -> Environment:
-    torch = _version("torch")
+    torch = distribution_version("torch")
     flavour, triton = triton_flavour()
     if cann.active == "real":
         if npu_checked is None:
@@ -113,7 +106,7 @@ def describe(cann: CannStatus, npu_checked: tuple[bool, str] | None = None) -> E
     else:
         device = "cpu" + (" (no NPU: CANN host stub)" if cann.active == "stub" else "")
     return Environment(
-        torch=torch, torch_npu=_version("torch-npu") or _version("torch_npu"),
+        torch=torch, torch_npu=distribution_version("torch-npu") or distribution_version("torch_npu"),
         cann_mode=cann.active, cann_version=cann.version, cann=cann.header(),
         triton_flavour=flavour, triton=triton, device=device,
         python=platform.python_version(), platform=f"{sys.platform}-{platform.machine()}",

@@ -18,12 +18,8 @@ from typing import Any
 import pytest
 
 from . import budget
-from .schema import (DEFAULT_WATCH, ReportError, document, load_baseline, relative_paths, result_entry,
-                     violation_from_text, write_json,
-                     write_text)
-
-_WATCH_HELP = ("modules the reports follow: in which phase each first loaded, and through which import chain "
-               "(default: " + ", ".join(DEFAULT_WATCH) + ")")
+from .schema import (ReportError, document, load_baseline, relative_paths, result_entry,
+                     write_json, write_text)
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -44,10 +40,6 @@ def add_options(parser: pytest.Parser) -> None:
                     help="check every isolated test against an import budget baseline: a phase that starts "
                          "loading a watched module, or loads more than npu_lazy_budget_growth more modules, "
                          "fails the test (ERROR at teardown)")
-    parser.addini("npu_lazy_watch", _WATCH_HELP, type="linelist", default=list(DEFAULT_WATCH))
-    parser.addini("npu_lazy_budget_growth",
-                  "how much a phase's module count may grow over the --npu-lazy-baseline (default 5%)",
-                  type="string", default="5%")
 
 
 @dataclass
@@ -72,7 +64,7 @@ class Result:
         self.worker = self.worker or getattr(report, "worker_id", None)
         if report.failed and self.message is None:
             self.message = _failure_message(report)
-            self.violation = violation_from_text(report.longreprtext)
+            self.violation = getattr(report, "npu_lazy_violation", None)  # probe.fixture.broken_guarantee
         elif report.skipped and self.message is None:
             self.message = f"xfail: {report.wasxfail}" if xfail else _skip_reason(report)
         elif xfail and report.passed and report.when == "call":
@@ -154,17 +146,18 @@ def junit_properties(result: Result) -> list[tuple[str, str]]:
 class Reporter:
     """Collects the ``npu_lazy`` data of every test report and writes the reports at session end."""
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(self, config: pytest.Config, resolver, cann, gate=None) -> None:
+        """``resolver``: the session's settings (watch, budget growth); ``cann``: the CANN status the plugin
+        activated; ``gate``: the requires_npu gate, whose answer the environment reports (None in a child)."""
         self.config = config
+        self.cann = cann
+        self.gate = gate
         self.results: dict[str, Result] = {}
         self.started = time.time()
         self.written: list[str] = []
         self.write_errors: list[str] = []
-        self.watch = tuple(config.getini("npu_lazy_watch"))
-        try:
-            self.growth = budget.parse_growth(config.getini("npu_lazy_budget_growth"))
-        except ValueError as exc:
-            raise pytest.UsageError(f"pytest-npu-lazy: {exc}") from None
+        self.watch = resolver.watch
+        self.growth = resolver.budget_growth
         self.baseline_path = config.getoption("npu_lazy_baseline")
         self.baseline: dict | None = None
         if self.baseline_path and not hasattr(config, "workerinput"):
@@ -234,13 +227,8 @@ class Reporter:
     # -- writing ------------------------------------------------------------
     def environment(self) -> dict:
         from .environment import describe
-        from ..plugin import _CANN_KEY
 
-        gate = self.config.pluginmanager.get_plugin("npu_lazy_npu_gate")
-        cann = self.config.stash.get(_CANN_KEY, None)
-        if cann is None:
-            return {}
-        return describe(cann, gate.answer if gate else None).to_dict()
+        return describe(self.cann, self.gate.answer if self.gate else None).to_dict()
 
     def document(self, exitstatus: int, with_modules: bool) -> dict:
         option = self.config.option
@@ -262,10 +250,7 @@ class Reporter:
 
     def path_roots(self) -> list[str]:
         """The directories that reports name paths relative to: the CANN stub's cache root, then the rootdir."""
-        from ..plugin import _CANN_KEY
-
-        cann = self.config.stash.get(_CANN_KEY, None)
-        return [root for root in (getattr(cann, "cache_dir", None), str(self.config.rootpath)) if root]
+        return [root for root in (getattr(self.cann, "cache_dir", None), str(self.config.rootpath)) if root]
 
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if not self._reporting():

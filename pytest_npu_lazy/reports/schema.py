@@ -28,11 +28,6 @@ DEFAULT_WATCH = ("torch._dynamo", "torch._inductor", "torch_npu._inductor", "tri
 
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 
-_NOT_LOADED = re.compile(
-    r"npu_lazy: '(?P<module>[^']+)' must not be loaded yet, but it was loaded during phase "
-    r"'(?P<phase>[^']+)'\s*\n\s*import chain: (?P<chain>[^\n]*)")
-_MISSING = re.compile(r"npu_lazy: expected loaded, but not loaded \(phase '(?P<phase>[^']+)'\): (?P<modules>[^\n]*)")
-_E_PREFIX = re.compile(r"^E {1,3}", re.MULTILINE)
 
 
 class ReportError(ValueError):
@@ -51,24 +46,6 @@ def environment_label(env: dict) -> str:
     if env.get("cann_version"):
         cann += f" {env['cann_version']}"
     return f"torch {env.get('torch')} / torch_npu {env.get('torch_npu')} / {triton} / CANN {cann}"
-
-
-def violation_from_text(text: str) -> dict | None:
-    """The first broken deferred-loading assertion in a failure's text, as data.
-
-    The probe's failure messages have a fixed shape (README, "When a
-    guarantee breaks"); reading them back keeps the probe free of report code.
-    """
-    text = _E_PREFIX.sub("", text)
-    found = _NOT_LOADED.search(text)
-    if found:
-        return {"kind": "loaded", "module": found["module"], "phase": found["phase"],
-                "chain": found["chain"].split(" <- ")}
-    found = _MISSING.search(text)
-    if found:
-        modules = [m.strip() for m in found["modules"].split(",")]
-        return {"kind": "missing", "module": modules[0], "phase": found["phase"], "chain": [modules[0]]}
-    return None
 
 
 def phase_entry(phase: dict, with_modules: bool) -> dict:

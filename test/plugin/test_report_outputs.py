@@ -280,3 +280,43 @@ def test_json_report_names_no_absolute_directory_of_this_machine(suite, run_pyte
     if report["environment"]["cann_mode"] in ("stub", "emulate"):
         assert "; cann-" in cann or "; emulated-" in cann, cann
         assert "/" not in cann.rsplit(";", 1)[-1], cann
+
+
+LOOKALIKES = """
+import pytest
+
+pytestmark = pytest.mark.npu_lazy(preload=[])
+
+def test_text_only():
+    raise AssertionError("npu_lazy: 'heavy' must not be loaded yet, but it was loaded during phase 'import'\\n"
+                         "  import chain: heavy <- test_lookalikes")
+
+def test_caught_then_failed(npu_lazy):
+    import heavy
+    with pytest.raises(AssertionError):
+        npu_lazy.assert_not_loaded("heavy")
+    assert 1 == 2
+"""
+
+
+@pytest.mark.parametrize("isolate", ["marked", "off"])
+def test_violation_is_the_probes_data_not_the_failure_text(pytester, fake_heavy_package, run_pytest, isolate):
+    """A failure that only reads like a violation has none; one the test caught is not its failure.
+
+    In-process and from an isolated child alike, the violation travels as
+    data on the failing report; nothing parses the text back.
+    """
+    pytester.makepyfile(test_lookalikes=LOOKALIKES, test_suite=SUITE)
+    # in one process, a module one test imported is loaded for the next: in-process, one import each
+    chosen = [] if isolate == "marked" else ["-k", "test_text_only or test_import_violates"]
+    run = run_pytest(f"--npu-lazy-isolate={isolate}", "--npu-lazy-json=out/report.json", *chosen)
+    tests = _tests(load_report(pytester.path / "out" / "report.json"))
+    assert tests["test_lookalikes.py::test_text_only"]["outcome"] == "failed", run.text()
+    assert tests["test_lookalikes.py::test_text_only"]["violation"] is None
+    bad = tests["test_suite.py::test_import_violates"]["violation"]
+    assert (bad["kind"], bad["module"], bad["phase"]) == ("loaded", "heavy.helpers", "import"), run.text()
+    assert _modules(bad["chain"])[:2] == ["heavy.helpers", "heavy.core"]
+    if isolate == "marked":
+        assert tests["test_lookalikes.py::test_caught_then_failed"]["outcome"] == "failed"
+        assert tests["test_lookalikes.py::test_caught_then_failed"]["violation"] is None
+        assert tests["test_suite.py::test_expected_missing"]["violation"]["kind"] == "missing"

@@ -1,0 +1,223 @@
+"""Every message of isolation, in one place: the pytest process, the root zygote, zygotes and test children.
+
+Each message is a frozen dataclass sent with :func:`.protocol.send`; each
+receiving end names what it accepts (the ``*_ACCEPTS`` sets below) and
+gets the dataclass back, or a ProtocolError for anything else. Payloads
+are plain data (JSON); settings and targets travel as their ``to_dict()``
+and are rebuilt with ``from_dict()``. Descriptors that travel with a
+message are listed in its docstring.
+
+Channels, by direction:
+
+pytest -> root       :class:`StartZygote`, :class:`Shutdown`
+root -> pytest       :class:`ZygoteStarted` (+1 fd: the zygote's channel), :class:`ChildExited` (a zygote)
+pytest -> zygote     :class:`ForkChild`, :class:`Shutdown`
+zygote -> pytest     :class:`Ready`, :class:`ChildForked` (+1 fd: the child's channel),
+                     :class:`ForkRefused`, :class:`ChildExited` (a test child)
+pytest -> child      :class:`Prepare` (the launcher sends it), then :class:`Run` (the controller)
+child -> pytest      :class:`Files` (+n fds), :class:`Phase`, :class:`Report`, :class:`WarningRecorded`,
+                     :class:`Terminal`, :class:`Junit`, :class:`NotRun`, :class:`InternalError`,
+                     :class:`Interrupted`, then :class:`Finished`
+
+Standard library only: this module is imported in zygotes and children too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Optional
+
+from .protocol import Accepts
+
+#: the descriptor of a spawned child's channel, in its environment (a fresh ``python -m pytest``)
+CHILD_FD_ENV = "PYTEST_NPU_LAZY_CHILD_FD"
+
+
+# -- the root zygote ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StartZygote:
+    """Fork a zygote that imports this baseline (``Baseline.to_dict()``); ``key`` pairs the answer."""
+
+    KIND: ClassVar[str] = "start_zygote"
+    key: str
+    baseline: dict
+
+
+@dataclass(frozen=True)
+class ZygoteStarted:
+    """The zygote for ``key`` runs (it may still be importing); +1 fd: its channel."""
+
+    KIND: ClassVar[str] = "zygote_started"
+    key: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class ChildExited:
+    """A process this server forked ended, with its ``os.waitpid`` status: a zygote (root) or a test child."""
+
+    KIND: ClassVar[str] = "child_exited"
+    pid: int
+    status: int
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """The pytest process is done with this server: kill or end its children, then exit."""
+
+    KIND: ClassVar[str] = "shutdown"
+
+
+# -- a zygote ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ForkChild:
+    """Fork a spare test child now; it waits for its :class:`Prepare`."""
+
+    KIND: ClassVar[str] = "fork_child"
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The preload finished: its error (a traceback) or None, what it printed, and warnings for the user."""
+
+    KIND: ClassVar[str] = "ready"
+    pid: int
+    error: Optional[str]
+    output: str
+    warnings: list
+
+
+@dataclass(frozen=True)
+class ChildForked:
+    """A spare test child exists; +1 fd: its channel."""
+
+    KIND: ClassVar[str] = "child_forked"
+    pid: int
+
+
+@dataclass(frozen=True)
+class ForkRefused:
+    """Forking now would hand the child a broken device runtime; ``reason`` says why and what to do."""
+
+    KIND: ClassVar[str] = "fork_refused"
+    reason: str
+
+
+# -- a test child -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Prepare:
+    """Which test the child runs, with which settings: it collects the test and waits for :class:`Run`."""
+
+    KIND: ClassVar[str] = "prepare"
+    nodeid: str
+    settings: dict  # TestSettings.to_dict()
+    target: dict  # Target.to_dict()
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run the prepared test now; ``nodeid`` must be the prepared one."""
+
+    KIND: ClassVar[str] = "run"
+    nodeid: str
+
+
+@dataclass(frozen=True)
+class Files:
+    """Files a crash report reads (``names``, in order): +1 fd each (the stack dump, the capture files)."""
+
+    KIND: ClassVar[str] = "files"
+    names: list
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A phase started (``duration`` None) or ended: what a crashed test's reports still show."""
+
+    KIND: ClassVar[str] = "phase"
+    name: str
+    parent: Optional[str]
+    start: float
+    duration: Optional[float]
+
+
+@dataclass(frozen=True)
+class Report:
+    """A test report, serialised by pytest itself (``pytest_report_to_serializable``)."""
+
+    KIND: ClassVar[str] = "report"
+    data: dict
+
+
+@dataclass(frozen=True)
+class WarningRecorded:
+    """A warning the test raised, for ``pytest_warning_recorded`` in the pytest process."""
+
+    KIND: ClassVar[str] = "warning"
+    warning: dict  # message, category (the class's MRO as (module, name) pairs), filename, lineno
+    when: str
+    nodeid: str
+    location: Optional[Any]
+
+
+@dataclass(frozen=True)
+class Terminal:
+    """Text the test wrote through the terminal writer (live logs, --setup-show)."""
+
+    KIND: ClassVar[str] = "terminal"
+    text: str
+
+
+@dataclass(frozen=True)
+class Junit:
+    """``record_xml_attribute`` and ``record_testsuite_property`` values, sent before the teardown report."""
+
+    KIND: ClassVar[str] = "junit"
+    attributes: list
+    suite_properties: list
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """The test could not run (bad marker, not collected, preload failed): the text of its error report."""
+
+    KIND: ClassVar[str] = "not_run"
+    text: str
+    error: bool
+
+
+@dataclass(frozen=True)
+class InternalError:
+    """A traceback of this plugin's own code in the child, added to whatever report ends the test."""
+
+    KIND: ClassVar[str] = "internal_error"
+    text: str
+
+
+@dataclass(frozen=True)
+class Interrupted:
+    """Ctrl-C (``KeyboardInterrupt``) or ``pytest.exit()`` (``Exit``) in the child, re-raised by the pytest process."""
+
+    KIND: ClassVar[str] = "interrupted"
+    exception: str
+    message: str
+    returncode: Optional[int]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Everything is sent and saved; the pytest process may go on."""
+
+    KIND: ClassVar[str] = "finished"
+
+
+ROOT_ACCEPTS = Accepts(StartZygote, Shutdown)
+FROM_ROOT = Accepts(ZygoteStarted, ChildExited)
+ZYGOTE_ACCEPTS = Accepts(ForkChild, Shutdown)
+FROM_ZYGOTE = Accepts(Ready, ChildForked, ForkRefused, ChildExited)
+CHILD_ACCEPTS = Accepts(Prepare, Run)
+FROM_CHILD = Accepts(Files, Phase, Report, WarningRecorded, Terminal, Junit, NotRun, InternalError,
+                     Interrupted, Finished)

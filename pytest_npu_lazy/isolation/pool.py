@@ -1,0 +1,322 @@
+"""The pytest process's zygotes: start them, hand out their children, restart them, stop them.
+
+The servers themselves run in forks (:mod:`.server`); this is the other end
+of their channels, as pytest-xdist keeps ``workermanage.py`` apart from
+``remote.py``. A launcher (the controller's word) gives a child that has
+already been sent its :class:`~.messages.Prepare`: the fork pool asks a
+zygote for a spare child and sends it, ahead of time where it can, so a
+test usually waits only for a message.
+
+The next child is forked while the current test runs, so a test waits only
+for a socket message, not for a fork.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import ZygoteError
+from ..settings import Baseline
+from . import messages
+from .outputs import record_warning_text
+from .processes import kill_group
+from .protocol import Channel, ChannelClosed, ProtocolError, describe_status, send
+from .server import run_forked, serve_root
+from .target import prepare_message
+
+READY_TIMEOUT = 600.0  # importing a baseline may compile or download nothing, but can be slow
+FORK_TIMEOUT = 60.0
+
+
+@dataclass
+class ChildHandle:
+    """A forked test child as the pytest process sees it."""
+
+    pid: int
+    channel: Channel
+    zygote: "ZygoteHandle"
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def pgid(self) -> int:
+        return self.pid
+
+    def exit_status(self, timeout: float = 10.0) -> int | None:
+        return self.zygote.exit_status(self.pid, timeout)
+
+    def lost_parent(self) -> str | None:
+        """Why the child died with its zygote, when it did."""
+        if not self.zygote.dead:
+            return None
+        status = self.zygote.death_status()
+        return (f"the zygote (pid {self.zygote.pid}, {self.zygote.baseline.label}) died while this test ran, "
+                f"with {describe_status(status)}; its children died with it. A new zygote serves the next tests.")
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+@dataclass
+class ZygoteHandle:
+    baseline: Baseline
+    pid: int
+    channel: Channel
+    ready: bool = False
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    spare: ChildHandle | None = None
+    fork_requested: bool = False
+    exited: dict[int, int] = field(default_factory=dict)
+    dead: bool = False
+    #: asks the root how this zygote ended; set by the pool
+    death_status: Callable[[], int | None] = lambda: None
+
+    def _handle(self, message, fds: list[int]) -> ChildHandle | None:
+        if isinstance(message, messages.Ready):
+            self.ready, self.error = True, message.error
+            self.warnings = list(message.warnings)
+            if message.output.strip():
+                self.warnings.append(f"the zygote's preload {list(self.baseline.preload)} printed:\n"
+                                     + message.output.rstrip())
+        elif isinstance(message, messages.ChildExited):
+            self.exited[message.pid] = message.status
+        elif isinstance(message, messages.ChildForked):
+            self.fork_requested = False
+            return ChildHandle(message.pid, Channel(_socket_from_fd(fds[0])), self)
+        elif isinstance(message, messages.ForkRefused):
+            self.fork_requested = False
+            raise ZygoteError(f"the zygote ({self.baseline.label}) refused to fork: {message.reason}")
+        return None
+
+    def _pump(self, timeout: float | None) -> ChildHandle | None:
+        try:
+            message, fds = messages.FROM_ZYGOTE.receive(self.channel, timeout)
+        except ChannelClosed as exc:  # a ProtocolError too: nothing it says can be trusted after that
+            self.dead = True
+            why = f": {exc}" if isinstance(exc, ProtocolError) else ""
+            raise ZygoteError(f"the zygote (pid {self.pid}, {self.baseline.label}) died{why}") from None
+        return None if message is None else self._handle(message, fds)
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.ready:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ZygoteError(f"the zygote ({self.baseline.label}) did not finish its preload "
+                                  f"within {timeout:.0f} s")
+            self._pump(remaining)
+
+    def request_fork(self) -> None:
+        if not self.fork_requested and self.spare is None and not self.dead:
+            send(self.channel, messages.ForkChild())
+            self.fork_requested = True
+
+    def take_child(self) -> ChildHandle:
+        if self.spare is None:
+            self.request_fork()
+            deadline = time.monotonic() + FORK_TIMEOUT
+            while self.spare is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ZygoteError(f"the zygote ({self.baseline.label}) did not fork within {FORK_TIMEOUT:.0f} s")
+                child = self._pump(remaining)
+                if child is not None:
+                    self.spare = child
+        child, self.spare = self.spare, None
+        self.request_fork()  # the next test's child is forked while this one runs
+        return child
+
+    def exit_status(self, pid: int, timeout: float) -> int | None:
+        deadline = time.monotonic() + timeout
+        while pid not in self.exited and not self.dead:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            try:
+                child = self._pump(remaining)
+            except ZygoteError:
+                return None
+            if child is not None:
+                self.spare = child
+        return self.exited.pop(pid, None)
+
+    def close(self) -> None:
+        if self.spare is not None:
+            self.spare.close()
+            self.spare = None
+        try:
+            send(self.channel, messages.Shutdown())
+        except OSError:
+            pass
+        self.channel.close()
+
+
+def _socket_from_fd(fd: int) -> socket.socket:
+    return socket.socket(fileno=fd)
+
+
+class ZygotePool:
+    """The pytest process's view of its zygotes: start, hand out children, restart, stop."""
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.root_pid: int | None = None
+        self._root: Channel | None = None
+        self._zygotes: dict[Baseline, ZygoteHandle] = {}
+        self._zygote_exits: dict[int, int] = {}
+        self._prepared: dict[str, ChildHandle] = {}  # node id -> a child already collecting it
+        self.root_restarts = 0
+
+    def start_root(self) -> None:
+        """Fork the root now, while no test module has been imported yet."""
+        ours, theirs = Channel.pair()
+        pid = os.fork()
+        if pid == 0:
+            run_forked(lambda: serve_root(theirs, self.session), close=[ours])
+        theirs.close()
+        self.root_pid, self._root = pid, ours
+
+    def warm(self, baselines) -> None:
+        """Start zygotes for these baselines now, so their preloads overlap."""
+        for baseline in baselines:
+            self._zygote(baseline, wait=False)
+
+    def _zygote(self, baseline: Baseline, wait: bool = True) -> ZygoteHandle:
+        zygote = self._zygotes.get(baseline)
+        if zygote is None or zygote.dead:
+            if zygote is not None:
+                zygote.close()
+            zygote = self._zygotes[baseline] = self._start_zygote(baseline)
+        if wait and not zygote.ready:
+            zygote.wait_ready()
+            for text in zygote.warnings:
+                self._warn(text)
+        return zygote
+
+    def _warn(self, text: str) -> None:
+        record_warning_text(self.session.config, text, filename="<npu_lazy zygote>")
+
+    def _start_zygote(self, baseline: Baseline) -> ZygoteHandle:
+        if self._root is None:
+            raise ZygoteError("no root zygote: the session did not start one")
+        key = repr(baseline)
+        try:
+            send(self._root, messages.StartZygote(key, baseline.to_dict()))
+            started, fds = self._from_root(lambda m: isinstance(m, messages.ZygoteStarted) and m.key == key,
+                                           FORK_TIMEOUT)
+        except (ChannelClosed, OSError):
+            self._restart_root()
+            return self._start_zygote(baseline)
+        if started is None:
+            raise ZygoteError(f"the root zygote did not answer within {FORK_TIMEOUT:.0f} s")
+        channel = Channel(_socket_from_fd(fds[0]))
+        return ZygoteHandle(baseline, started.pid, channel, death_status=lambda: self._zygote_status(started.pid))
+
+    def _from_root(self, wanted: Callable[[object], bool], timeout: float):
+        """The root channel's one reader: records every zygote exit, returns the first message ``wanted``
+        accepts with its descriptors, or ``(None, [])`` after ``timeout``. ChannelClosed when the root is gone."""
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None, []
+            message, fds = messages.FROM_ROOT.receive(self._root, remaining)
+            if message is None:
+                return None, []
+            if isinstance(message, messages.ChildExited):
+                self._zygote_exits[message.pid] = message.status
+            if wanted(message):
+                return message, fds
+
+    def _zygote_status(self, pid: int, timeout: float = 5.0) -> int | None:
+        """How a zygote ended, as its parent (the root) saw it."""
+        if pid not in self._zygote_exits and self._root is not None:
+            try:
+                self._from_root(lambda m: isinstance(m, messages.ChildExited) and m.pid == pid, timeout)
+            except ChannelClosed:
+                return None
+        return self._zygote_exits.get(pid)
+
+    def _restart_root(self) -> None:
+        """The root died: fork a new one from this (already collected) process and say so."""
+        if self.root_restarts >= 3:
+            raise ZygoteError("the root zygote died three times; giving up on fork isolation for this session")
+        self.root_restarts += 1
+        if self._root is not None:
+            self._root.close()
+        self.start_root()
+        self._warn(
+            "the root zygote died and was forked again from the pytest process, which has imported test "
+            "modules by now; modules they imported are part of the new baseline, and the npu_lazy guard "
+            "reports any test that asserts about them.")
+
+    def child(self, item, settings) -> ChildHandle:
+        """A forked child that was sent ``item``'s Prepare (the Launcher contract of the controller)."""
+        prepared = self._prepared.pop(item.nodeid, None)
+        if prepared is not None and not prepared.zygote.dead:
+            return prepared
+        if prepared is not None:  # its zygote died since: it died with it
+            prepared.close()
+        zygote = self._zygote(settings.baseline)
+        if zygote.error:
+            raise ZygoteError(f"{settings.baseline.label} could not be prepared: {zygote.error}")
+        child = zygote.take_child()
+        send(child.channel, prepare_message(item, settings))
+        return child
+
+    def prepare(self, item, settings) -> None:
+        """Let a spare child collect the next test while this one runs (not while a preload is running)."""
+        zygote = self._zygotes.get(settings.baseline)
+        if item.nodeid in self._prepared or zygote is None or not zygote.ready or zygote.error:
+            return
+        try:
+            child = zygote.take_child()  # the fork asked for a moment ago: waiting overlaps the running test
+        except ZygoteError:
+            return
+        try:
+            send(child.channel, prepare_message(item, settings))
+        except OSError:
+            child.close()
+            return
+        self._prepared[item.nodeid] = child
+
+    def shutdown(self) -> None:
+        for child in self._prepared.values():
+            child.close()
+        self._prepared.clear()
+        for zygote in self._zygotes.values():
+            zygote.close()
+        self._zygotes.clear()
+        if self._root is not None:
+            try:
+                send(self._root, messages.Shutdown())
+            except OSError:
+                pass
+            self._root.close()
+            self._root = None
+        if self.root_pid is not None:
+            _wait_or_kill(self.root_pid)
+            self.root_pid = None
+
+
+def _wait_or_kill(pid: int, grace: float = 5.0) -> None:
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done:
+            return
+        time.sleep(0.01)
+    kill_group(pid, signal.SIGKILL)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
