@@ -100,9 +100,12 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from .isolation.controller import IsolationController
     from .isolation.spawn import SpawnLauncher
+    from .isolation.module_zygotes import ModuleZygotes
     from .isolation.pool import ZygotePool
 
-    state.pool = ZygotePool(session=None)
+    resolver = state.resolver
+    state.pool = ZygotePool(session=None, module_zygotes=ModuleZygotes(
+        resolver.module_zygotes, resolver.module_zygote_memory, counting=not hasattr(config, "workerinput")))
     launchers = {"fork": state.pool, "spawn": SpawnLauncher(config)}
     config.pluginmanager.register(IsolationController(config, state.resolver, launchers), "npu_lazy_controller")
     config.add_cleanup(state.pool.shutdown)
@@ -162,8 +165,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             settings = state.resolver.for_item(item)
         except MarkerError:
             continue
-        if settings.isolated and settings.isolation == "fork" and settings.baseline not in baselines:
-            baselines.append(settings.baseline)
+        if settings.isolated and settings.isolation == "fork":
+            state.pool.expect(item, settings)
+            if settings.baseline not in baselines:
+                baselines.append(settings.baseline)
     state.pool.warm(baselines)
 
 

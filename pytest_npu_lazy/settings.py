@@ -36,6 +36,12 @@ INI = {
                        "chain (default: " + ", ".join(DEFAULT_WATCH) + ")", "linelist", list(DEFAULT_WATCH)),
     "npu_lazy_budget_growth": ("how much a phase's module count may grow over the --npu-lazy-baseline (default 5%)",
                                "string", "5%"),
+    "npu_lazy_module_zygotes": ("module zygotes (each imported and collected one test module, and forks its "
+                                "tests) alive at once per process; 0: each isolated test collects in its own child",
+                                "string", "4"),
+    "npu_lazy_module_zygote_memory": ("memory the module zygotes of one process may hold together (their private "
+                                      "pages), e.g. 2GiB or 512MiB; the least recently used stop first",
+                                      "string", "2GiB"),
     "npu_lazy_cann": ("CANN for torch_npu: auto (real if it loads, else the host stub), real, stub, "
                       "emulate (an emulated NPU: device paths run, kernels do not) or off",
                       "string", "auto"),
@@ -45,6 +51,7 @@ ENV = {
     "isolation": "PYTEST_NPU_LAZY_ISOLATION",
     "timeout": "PYTEST_NPU_LAZY_TIMEOUT",
     "cann": "PYTEST_NPU_LAZY_CANN",
+    "module_zygotes": "PYTEST_NPU_LAZY_MODULE_ZYGOTES",
 }
 CANN_MODES = MODES  # the CANN package owns its modes
 
@@ -126,6 +133,10 @@ def add_options(parser: pytest.Parser) -> None:
                          f"discovery and initialisation run, kernels are refused), or off; env {ENV['cann']}. "
                          f"Stub and emulation are built in {ENV_CACHE} (default ~/.cache/pytest-npu-lazy); "
                          f"{ENV_TRACE}=1 makes them log each call to stderr")
+    group.addoption("--npu-lazy-module-zygotes", type=int, default=None, metavar="N",
+                    help="module zygotes alive at once: a test module is imported and collected once and its "
+                         "isolated tests fork from it (default 4; 0: each test collects in its own child); "
+                         f"env {ENV['module_zygotes']}")
     group.addoption("--npu-lazy-require-npu", action="store_true", default=False,
                     help="fail the run unless a real NPU device is usable (never test on the stub by accident)")
     for name, (help_text, kind, default) in INI.items():
@@ -172,6 +183,9 @@ class Resolver:
         self.preload_source = "--npu-lazy-preload" if cli_preload is not None else "ini npu_lazy_preload"
         self.default_baseline = self.baseline(preload, None)
         self.timeout = self._timeout()
+        self.module_zygotes = self._module_zygotes()
+        self.module_zygote_memory = _bytes("ini npu_lazy_module_zygote_memory",
+                                           config.getini("npu_lazy_module_zygote_memory"))
         self.watch = tuple(config.getini("npu_lazy_watch"))
         try:
             self.budget_growth = parse_growth(config.getini("npu_lazy_budget_growth"))
@@ -198,6 +212,21 @@ class Resolver:
         if seconds < 0:
             raise pytest.UsageError(f"{source} = {value!r} is negative; use a positive number of seconds, or 0 for no limit.")
         return seconds or None
+
+    def _module_zygotes(self) -> int:
+        value, source = self.config.getoption("npu_lazy_module_zygotes"), "--npu-lazy-module-zygotes"
+        if value is None:
+            env = os.environ.get(ENV["module_zygotes"])
+            value, source = (env, ENV["module_zygotes"]) if env else (
+                self.config.getini("npu_lazy_module_zygotes"), "ini npu_lazy_module_zygotes")
+        try:
+            count = int(value)
+        except (TypeError, ValueError):
+            count = -1
+        if count < 0:
+            raise pytest.UsageError(f"{source} = {value!r} is not a count; use e.g. 4, or 0 to collect each "
+                                    "isolated test in its own child.")
+        return count
 
     def baseline(self, preload: tuple[str, ...], autoload: bool | None) -> Baseline:
         """Autoload is off where the zygote imports something, unless asked for; with nothing to
@@ -300,6 +329,22 @@ def _validated(key: str, value: Any) -> Any:
             raise MarkerError(f"npu_lazy marker: timeout must be a positive number of seconds or None, got {value!r}.")
         return float(value) if value is not None else None
     raise AssertionError(key)  # pragma: no cover - MARKER_OPTIONS and this function list the same keys
+
+
+_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "kb": 1000, "mib": 1 << 20, "mb": 1000 ** 2, "gib": 1 << 30, "gb": 1000 ** 3}
+
+
+def _bytes(source: str, text: str) -> int:
+    """``"2GiB"``, ``"512MiB"``, ``"1.5GB"`` or a plain number of bytes."""
+    number = str(text).strip().lower()
+    unit = number.lstrip("0123456789. ")
+    try:
+        value = float(number[:len(number) - len(unit)].strip())
+        if value < 0 or unit.strip() not in _UNITS:
+            raise ValueError
+    except ValueError:
+        raise pytest.UsageError(f"{source} = {text!r} is not an amount of memory; use e.g. 2GiB or 512MiB.") from None
+    return int(value * _UNITS[unit.strip()])
 
 
 def _check_module_names(source: str, names, error=pytest.UsageError) -> None:

@@ -36,16 +36,31 @@ from .target import Target, TargetError, collect_target, identify, not_collected
 FILE_NAMES = ("stacks", "stdout", "stderr")
 
 
-class ChildRelay:
+class CollectionObserver:
+    """What collecting said besides its items: failed collectors and what a hook deselected."""
+
+    def __init__(self) -> None:
+        self.collect_failures: list[pytest.CollectReport] = []
+        self.deselected: list[pytest.Item] = []
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.collect_failures.append(report)
+
+    def pytest_deselected(self, items) -> None:
+        """The pytest process already chose to run this test; a filter here must not undo that."""
+        self.deselected.extend(items)
+
+
+class ChildRelay(CollectionObserver):
     """Plugin registered in the child: forwards reports and warnings as they happen."""
 
     def __init__(self, channel: Channel, config: pytest.Config, outputs: ChildOutputs) -> None:
+        super().__init__()
         self.channel = channel
         self.config = config
         self.outputs = outputs
         self.state: probe.ProbeState | None = None  # known once the child is given its test
-        self.collect_failures: list[pytest.CollectReport] = []
-        self.deselected: list[pytest.Item] = []
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -56,14 +71,6 @@ class ChildRelay:
                 report.npu_lazy = self.state.summary()  # type: ignore[attr-defined]
         data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
         send(self.channel, messages.Report(data))
-
-    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
-        if report.failed:
-            self.collect_failures.append(report)
-
-    def pytest_deselected(self, items) -> None:
-        """The pytest process already chose to run this test; a filter here must not undo that."""
-        self.deselected.extend(items)
 
     def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str,
                                 nodeid: str, location: Any) -> None:
@@ -85,7 +92,7 @@ def serialize_warning(message: warnings.WarningMessage) -> dict:
     }
 
 
-def _leave_pytest_roles(config: pytest.Config) -> None:
+def leave_pytest_roles(config: pytest.Config) -> None:
     """The child runs one test: it neither talks to xdist's controller nor isolates or forks it again."""
     for plugin in list(config.pluginmanager.get_plugins()):
         if type(plugin).__name__ == "WorkerInteractor":  # pytest-xdist's link to its controller
@@ -104,7 +111,7 @@ def become_test_process(channel: Channel, config: pytest.Config) -> ChildRelay:
     them, sends the files a crash report reads (the stack dump, its own
     capture files) and starts relaying reports.
     """
-    _leave_pytest_roles(config)
+    leave_pytest_roles(config)
     relay = ChildRelay(channel, config, ChildOutputs(channel, config))
     config.pluginmanager.register(relay, "npu_lazy_child_relay")
     stacks = tempfile.TemporaryFile()
@@ -117,10 +124,24 @@ def become_test_process(channel: Channel, config: pytest.Config) -> ChildRelay:
     return relay
 
 
+def apply_marker(state: probe.ProbeState, settings: TestSettings) -> str | None:
+    """The marker's blocks and tracking, before the test module is imported; why not, when they cannot be."""
+    try:
+        state.blocker.block(*settings.block)
+        for target in settings.track:
+            state.tracker.track(target)
+    except NpuLazyError as exc:
+        return f"npu_lazy marker: {exc}"
+    return None
+
+
 class TestRun:
     """One isolated test inside the child process."""
 
-    def __init__(self, relay: ChildRelay, settings: TestSettings, target: Target, isolation: str) -> None:
+    def __init__(self, relay: ChildRelay, settings: TestSettings, target: Target, isolation: str,
+                 state: probe.ProbeState | None = None) -> None:
+        """``state``: the one a module zygote made when it collected the module (its collect phase and
+        imports become this test's own, as they were made for it); None makes a new one."""
         self.relay = relay
         self.channel = relay.channel
         self.config = relay.config
@@ -128,10 +149,13 @@ class TestRun:
         self.target = target
         self.nodeid = nodeid = target.nodeid
         adopt_basetemp(self.config, target.basetemp)
-        self.state = probe.new_state(nodeid, isolation, settings.baseline.label, settings.baseline.preload,
-                                     preload_source=settings.preload_source)
-        self.state.watch = settings.watch
+        if state is None:
+            state = probe.new_state(nodeid, isolation, settings.baseline.label, settings.baseline.preload,
+                                    preload_source=settings.preload_source)
+        state.nodeid, state.preload_source, state.watch = nodeid, settings.preload_source, settings.watch
+        self.state = state
         self.state.listener = lambda phase: send(self.channel, messages.Phase(**phase))  # a crash still shows them
+        self.state.replay_phases()  # a module zygote's collect phase, told to the pytest process now
         set_title("child", nodeid)
         probe.set_active_state(self.state)
         relay.state = self.state
@@ -141,12 +165,9 @@ class TestRun:
     def prepare(self) -> bool:
         """Apply the marker's blocks and tracking; False if the test cannot run."""
         self.state.runner_phase("collect")
-        try:
-            self.state.blocker.block(*self.settings.block)
-            for target in self.settings.track:
-                self.state.tracker.track(target)
-        except NpuLazyError as exc:
-            self.not_run(f"npu_lazy marker: {exc}", error=True)
+        problem = apply_marker(self.state, self.settings)
+        if problem is not None:
+            self.not_run(problem, error=True)
             return False
         return True
 

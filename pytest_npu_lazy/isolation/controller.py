@@ -58,6 +58,9 @@ class Launcher(Protocol):
     def prepare(self, item: pytest.Item, settings: TestSettings) -> None:
         """A hint that ``item`` runs next: a launcher may start preparing a child for it now."""
 
+    def release(self, item: pytest.Item, settings: TestSettings) -> None:
+        """``item``'s child is done with, whatever its end: what was kept for it may go."""
+
 
 class IsolationController:
     """Registered as a plugin in pytest_configure, so its hook runs before pytest-forked's."""
@@ -83,6 +86,7 @@ class IsolationController:
             ChildRun(self.config, item, settings, self.launchers[settings.isolation]).run(
                 lambda: self._prepare_next(nextitem))
         finally:
+            self.launchers[settings.isolation].release(item, settings)
             item.session._setupstate.teardown_exact(nextitem)
             self._log_finish(item)
         return True

@@ -11,9 +11,14 @@ Channels, by direction:
 
 pytest -> root       :class:`StartZygote`, :class:`Shutdown`
 root -> pytest       :class:`ZygoteStarted` (+1 fd: the zygote's channel), :class:`ChildExited` (a zygote)
-pytest -> zygote     :class:`ForkChild`, :class:`Shutdown`
+pytest -> zygote     :class:`ForkChild`, :class:`StartModuleZygote`, :class:`Shutdown`
 zygote -> pytest     :class:`Ready`, :class:`ChildForked` (+1 fd: the child's channel),
-                     :class:`ForkRefused`, :class:`ChildExited` (a test child)
+                     :class:`ZygoteStarted` (a module zygote), :class:`ForkRefused`,
+                     :class:`ChildExited` (a test child or a module zygote)
+
+A module zygote (forked by a zygote; it imported and collected one test
+module) speaks as a zygote does, and its children get :class:`Prepare` and
+:class:`Run` too.
 pytest -> child      :class:`Prepare` (the launcher sends it), then :class:`Run` (the controller)
 child -> pytest      :class:`Files` (+n fds), :class:`Phase`, :class:`Report`, :class:`WarningRecorded`,
                      :class:`Terminal`, :class:`Junit`, :class:`NotRun`, :class:`InternalError`,
@@ -79,8 +84,21 @@ class ForkChild:
 
 
 @dataclass(frozen=True)
+class StartModuleZygote:
+    """Fork a module zygote: it applies these settings' blocks and tracking, imports and collects the
+    module ``target`` names (``Target.to_dict()`` of the file, no names below it), then forks test
+    children that find their test among its items; ``key`` pairs the ZygoteStarted answer."""
+
+    KIND: ClassVar[str] = "start_module_zygote"
+    key: str
+    settings: dict
+    target: dict
+
+
+@dataclass(frozen=True)
 class Ready:
-    """The preload finished: its error (a traceback) or None, what it printed, and warnings for the user."""
+    """The preload (or a module zygote's collection) finished: its error (a traceback) or None, what it
+    printed, and warnings for the user."""
 
     KIND: ClassVar[str] = "ready"
     pid: int
@@ -216,8 +234,8 @@ class Finished:
 
 ROOT_ACCEPTS = Accepts(StartZygote, Shutdown)
 FROM_ROOT = Accepts(ZygoteStarted, ChildExited)
-ZYGOTE_ACCEPTS = Accepts(ForkChild, Shutdown)
-FROM_ZYGOTE = Accepts(Ready, ChildForked, ForkRefused, ChildExited)
+ZYGOTE_ACCEPTS = Accepts(ForkChild, StartModuleZygote, Shutdown)
+FROM_ZYGOTE = Accepts(Ready, ChildForked, ZygoteStarted, ForkRefused, ChildExited)
 CHILD_ACCEPTS = Accepts(Prepare, Run)
 FROM_CHILD = Accepts(Files, Phase, Report, WarningRecorded, Terminal, Junit, NotRun, InternalError,
                      Interrupted, Finished)

@@ -27,6 +27,7 @@ from .outputs import record_warning_text
 from .processes import kill_group
 from .protocol import Channel, ChannelClosed, ProtocolError, describe_status, send
 from .server import run_forked, serve_root
+from .module_zygotes import ModuleZygotes, module_key, module_target
 from .target import prepare_message
 
 READY_TIMEOUT = 600.0  # importing a baseline may compile or download nothing, but can be slow
@@ -54,7 +55,7 @@ class ChildHandle:
         if not self.zygote.dead:
             return None
         status = self.zygote.death_status()
-        return (f"the zygote (pid {self.zygote.pid}, {self.zygote.baseline.label}) died while this test ran, "
+        return (f"the zygote (pid {self.zygote.pid}, {self.zygote.label}) died while this test ran, "
                 f"with {describe_status(status)}; its children died with it. A new zygote serves the next tests.")
 
     def close(self) -> None:
@@ -75,6 +76,14 @@ class ZygoteHandle:
     dead: bool = False
     #: asks the root how this zygote ended; set by the pool
     death_status: Callable[[], int | None] = lambda: None
+    #: what it is, for messages: a baseline's zygote, or a module zygote (forked from one)
+    what: str = ""
+    #: module zygotes this zygote started: key -> (pid, its channel's descriptor)
+    started: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.what or self.baseline.label
 
     def _handle(self, message, fds: list[int]) -> ChildHandle | None:
         if isinstance(message, messages.Ready):
@@ -85,12 +94,14 @@ class ZygoteHandle:
                                      + message.output.rstrip())
         elif isinstance(message, messages.ChildExited):
             self.exited[message.pid] = message.status
+        elif isinstance(message, messages.ZygoteStarted):
+            self.started[message.key] = (message.pid, fds[0])
         elif isinstance(message, messages.ChildForked):
             self.fork_requested = False
             return ChildHandle(message.pid, Channel(_socket_from_fd(fds[0])), self)
         elif isinstance(message, messages.ForkRefused):
             self.fork_requested = False
-            raise ZygoteError(f"the zygote ({self.baseline.label}) refused to fork: {message.reason}")
+            raise ZygoteError(f"the zygote ({self.label}) refused to fork: {message.reason}")
         return None
 
     def _pump(self, timeout: float | None) -> ChildHandle | None:
@@ -99,7 +110,7 @@ class ZygoteHandle:
         except ChannelClosed as exc:  # a ProtocolError too: nothing it says can be trusted after that
             self.dead = True
             why = f": {exc}" if isinstance(exc, ProtocolError) else ""
-            raise ZygoteError(f"the zygote (pid {self.pid}, {self.baseline.label}) died{why}") from None
+            raise ZygoteError(f"the zygote (pid {self.pid}, {self.label}) died{why}") from None
         return None if message is None else self._handle(message, fds)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
@@ -107,8 +118,7 @@ class ZygoteHandle:
         while not self.ready:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ZygoteError(f"the zygote ({self.baseline.label}) did not finish its preload "
-                                  f"within {timeout:.0f} s")
+                raise ZygoteError(f"the zygote ({self.label}) was not ready within {timeout:.0f} s")
             self._pump(remaining)
 
     def request_fork(self) -> None:
@@ -123,7 +133,7 @@ class ZygoteHandle:
             while self.spare is None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise ZygoteError(f"the zygote ({self.baseline.label}) did not fork within {FORK_TIMEOUT:.0f} s")
+                    raise ZygoteError(f"the zygote ({self.label}) did not fork within {FORK_TIMEOUT:.0f} s")
                 child = self._pump(remaining)
                 if child is not None:
                     self.spare = child
@@ -145,7 +155,23 @@ class ZygoteHandle:
                 self.spare = child
         return self.exited.pop(pid, None)
 
+    def start_module(self, start: messages.StartModuleZygote, what: str) -> "ZygoteHandle":
+        """Ask this zygote to fork a module zygote; its handle (it may still be collecting)."""
+        send(self.channel, start)
+        deadline = time.monotonic() + FORK_TIMEOUT
+        while start.key not in self.started:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ZygoteError(f"the zygote ({self.label}) did not start a {what} within {FORK_TIMEOUT:.0f} s")
+            child = self._pump(remaining)
+            if child is not None:
+                self.spare = child
+        pid, fd = self.started.pop(start.key)
+        return ZygoteHandle(self.baseline, pid, Channel(_socket_from_fd(fd)), what=what,
+                            death_status=lambda: self.exit_status(pid, 5.0))
+
     def close(self) -> None:
+        self.dead = True  # a prepared child of it is not handed out any more
         if self.spare is not None:
             self.spare.close()
             self.spare = None
@@ -163,8 +189,9 @@ def _socket_from_fd(fd: int) -> socket.socket:
 class ZygotePool:
     """The pytest process's view of its zygotes: start, hand out children, restart, stop."""
 
-    def __init__(self, session) -> None:
+    def __init__(self, session, module_zygotes: ModuleZygotes | None = None) -> None:
         self.session = session
+        self.modules = module_zygotes or ModuleZygotes(0, 0, counting=False)
         self.root_pid: int | None = None
         self._root: Channel | None = None
         self._zygotes: dict[Baseline, ZygoteHandle] = {}
@@ -260,21 +287,31 @@ class ZygotePool:
         prepared = self._prepared.pop(item.nodeid, None)
         if prepared is not None and not prepared.zygote.dead:
             return prepared
-        if prepared is not None:  # its zygote died since: it died with it
+        if prepared is not None:  # its zygote died (or was stopped) since: it went with it
             prepared.close()
-        zygote = self._zygote(settings.baseline)
+        zygote = self._zygote_for(item, settings, wait=True)
         if zygote.error:
             raise ZygoteError(f"{settings.baseline.label} could not be prepared: {zygote.error}")
-        child = zygote.take_child()
+        try:
+            child = zygote.take_child()
+        except ZygoteError:
+            key = module_key(item, settings)
+            if zygote.what == "" or key is None:
+                raise
+            self.modules.give_up(key)  # it refused to fork or died: this module's tests collect themselves
+            child = self._zygote(settings.baseline).take_child()
         send(child.channel, prepare_message(item, settings))
         return child
 
     def prepare(self, item, settings) -> None:
         """Let a spare child collect the next test while this one runs (not while a preload is running)."""
-        zygote = self._zygotes.get(settings.baseline)
-        if item.nodeid in self._prepared or zygote is None or not zygote.ready or zygote.error:
+        base = self._zygotes.get(settings.baseline)
+        if item.nodeid in self._prepared or base is None or not base.ready or base.error:
             return
         try:
+            zygote = self._zygote_for(item, settings, wait=False)
+            if not zygote.ready:
+                return  # a module zygote still collecting: the test takes its child when it is ready
             child = zygote.take_child()  # the fork asked for a moment ago: waiting overlaps the running test
         except ZygoteError:
             return
@@ -285,7 +322,49 @@ class ZygotePool:
             return
         self._prepared[item.nodeid] = child
 
+    def expect(self, item, settings) -> None:
+        """``item`` will run in this process: its module zygote goes after its module's last test."""
+        if self.modules.enabled and settings.isolation == "fork":
+            self.modules.expect(module_key(item, settings))
+
+    def release(self, item, settings) -> None:
+        """``item``'s child is done (the Launcher contract): stop its module zygote if that was the last test."""
+        if self.modules.enabled:
+            self.modules.done_with(module_key(item, settings))
+
+    def _zygote_for(self, item, settings, wait: bool) -> ZygoteHandle:
+        """The zygote to fork ``item``'s child from: its module zygote where one can serve, else its baseline's."""
+        base = self._zygote(settings.baseline)
+        key = module_key(item, settings) if self.modules.enabled else None
+        if key is None or key in self.modules.unusable or base.error:
+            return base
+        zygote = self.modules.get(key)
+        if zygote is None or zygote.dead:
+            if zygote is not None:
+                self.modules.close(key)
+            self.modules.room_for_one()
+            target = module_target(item)
+            try:
+                zygote = base.start_module(messages.StartModuleZygote(
+                    repr(key), settings.to_dict(), target.to_dict()), key.describe())
+            except ZygoteError:
+                self.modules.unusable.add(key)
+                return base
+            self.modules.add(key, zygote)
+        if wait and not zygote.ready:
+            try:  # within the test's timeout: past it, the test's own child shows where the import hangs
+                zygote.wait_ready(settings.timeout or READY_TIMEOUT)
+            except ZygoteError:
+                self.modules.give_up(key)
+                return base
+        if zygote.ready and key not in self.modules.memory:  # once, the first time it is seen ready
+            for text in zygote.warnings:
+                self._warn(text)
+            self.modules.measured(key, zygote.pid)
+        return zygote
+
     def shutdown(self) -> None:
+        self.modules.shutdown()
         for child in self._prepared.values():
             child.close()
         self._prepared.clear()

@@ -19,12 +19,14 @@ import threading
 import traceback
 
 from ..probe.recorder import RECORDER
-from ..settings import Baseline
+from ..settings import Baseline, TestSettings
 from . import messages
 from .child import serve_child
+from .collected import ModuleCollection, serve_collected_child
 from .preload import import_preload
 from .processes import ChildWatcher, die_with_parent, fork_hazard, set_title
 from .protocol import Accepts, Channel, ChannelClosed, ProtocolError, send
+from .target import Target
 
 _POLL = 0.05
 _WATCHER = ChildWatcher()
@@ -62,10 +64,13 @@ def _serve(channel: Channel, accepts: Accepts, handle) -> None:
             for pid, status in _WATCHER.reap():
                 send(channel, messages.ChildExited(pid, status))
             if channel.sock in readable:
-                message, _ = accepts.receive(channel)
-                if isinstance(message, messages.Shutdown):
-                    _terminate()
-                handle(message)
+                while True:  # every message that arrived: one read can bring several, and select sees no more
+                    message, _ = accepts.receive(channel, timeout=0)
+                    if message is None:
+                        break
+                    if isinstance(message, messages.Shutdown):
+                        _terminate()
+                    handle(message)
         except ProtocolError as exc:
             print(f"pytest-npu-lazy: a zygote server got {exc}; it ends", file=sys.stderr)
             _terminate()
@@ -100,28 +105,63 @@ def serve_zygote(channel: Channel, session, baseline: Baseline) -> None:
         gc.freeze()  # children then share the heap instead of copying it on first collection
     send(channel, messages.Ready(os.getpid(), error, output, _thread_warnings()))
 
-    def handle(message: messages.ForkChild) -> None:
-        hazard = fork_hazard()
-        if hazard:
-            send(channel, messages.ForkRefused(
-                hazard + ". Keep device work out of the preload baseline, or run the test with "
-                "@pytest.mark.npu_lazy(isolation='spawn')."))
-            return
-        ours, theirs = Channel.pair()
-        pid = os.fork()
-        if pid == 0:
-            os.setpgid(0, 0)
-            run_forked(lambda: serve_child(theirs, session), close=[channel, ours])
-        try:
-            os.setpgid(pid, pid)
-        except OSError:
-            pass  # the child already did it, or is gone; either is fine
-        theirs.close()
-        _WATCHER.add(pid)
-        send(channel, messages.ChildForked(pid), fds=[ours.fileno()])
-        ours.close()
+    def handle(message) -> None:
+        if isinstance(message, messages.StartModuleZygote):
+            ours, theirs = Channel.pair()
+            pid = os.fork()
+            if pid == 0:
+                run_forked(lambda: serve_module_zygote(theirs, session, message), close=[channel, ours])
+            theirs.close()
+            _WATCHER.add(pid)
+            send(channel, messages.ZygoteStarted(message.key, pid), fds=[ours.fileno()])
+            ours.close()
+        else:
+            fork_test_child(channel, lambda theirs: serve_child(theirs, session))
 
     _serve(channel, messages.ZYGOTE_ACCEPTS, handle)
+
+
+def serve_module_zygote(channel: Channel, session, start: messages.StartModuleZygote) -> None:
+    """Collect one module (:mod:`.collected`), then fork a test child per request from it."""
+    target = Target.from_dict(start.target)
+    _become_server(signal.SIGKILL, ("module zygote", target.nodeid))
+    module = ModuleCollection(session, TestSettings.from_dict(start.settings), target)
+    RECORDER.sweep()
+    gc.collect()
+    if hasattr(gc, "freeze"):
+        gc.freeze()
+    send(channel, messages.Ready(os.getpid(), None, "", _thread_warnings()))
+
+    def handle(message: messages.ForkChild) -> None:
+        if not isinstance(message, messages.ForkChild):
+            raise ProtocolError(f"a module zygote starts no zygotes; it was sent {message!r}")
+        fork_test_child(channel, lambda theirs: serve_collected_child(theirs, session, module))
+        module.forked += 1
+
+    _serve(channel, messages.ZYGOTE_ACCEPTS, handle)
+
+
+def fork_test_child(channel: Channel, serve) -> None:
+    """Fork a spare test child, the leader of its own process group, and hand the pytest process its channel."""
+    hazard = fork_hazard()
+    if hazard:
+        send(channel, messages.ForkRefused(
+            hazard + ". Keep device work out of the preload baseline, or run the test with "
+            "@pytest.mark.npu_lazy(isolation='spawn')."))
+        return
+    ours, theirs = Channel.pair()
+    pid = os.fork()
+    if pid == 0:
+        os.setpgid(0, 0)
+        run_forked(lambda: serve(theirs), close=[channel, ours])
+    try:
+        os.setpgid(pid, pid)
+    except OSError:
+        pass  # the child already did it, or is gone; either is fine
+    theirs.close()
+    _WATCHER.add(pid)
+    send(channel, messages.ChildForked(pid), fds=[ours.fileno()])
+    ours.close()
 
 
 def run_forked(body, close) -> None:

@@ -65,6 +65,9 @@ class SpawnLauncher:
     def prepare(self, item: pytest.Item, settings: TestSettings) -> None:
         """Nothing to do ahead of time: a spawned child starts from scratch by design."""
 
+    def release(self, item: pytest.Item, settings: TestSettings) -> None:
+        """Nothing is kept for a spawned child."""
+
     def child(self, item: pytest.Item, settings: TestSettings) -> SpawnedChild:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ, **self.extra_env)

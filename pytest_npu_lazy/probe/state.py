@@ -152,6 +152,11 @@ class ProbeState:
             self.listener({"name": span.name, "parent": span.parent, "start": self.offset(span.started),
                            "duration": None if span.ended is None else span.duration})
 
+    def replay_phases(self) -> None:
+        """Tell the listener every phase so far, as each would have been told (a new listener catches up)."""
+        for span in self.phases:
+            self._notify(span)
+
     def finish(self) -> None:
         now = self.recorder._now()
         for span in self.phases:

@@ -1,0 +1,100 @@
+"""A module zygote: import and collect one test module once, then fork a child per test from it.
+
+Collecting in each test's own child costs an import and a collection per
+test (0.1 to 1 s on real suites, seconds for a module with thousands of
+parametrized cases); pytest-forked pays neither, because it forks after
+collection. A module zygote is forked from the baseline zygote, applies the
+tests' marker (blocks, tracking), imports and collects the module, and then
+serves forks like any zygote. Each test child still starts from its module
+freshly imported and untouched by its siblings, and the probe state made for
+the collection becomes the test's own: its collect phase, and every module
+the import loaded, are in the test's report as they would have been.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from ..probe import state as probe
+from ..probe.recorder import RECORDER
+from ..settings import TestSettings
+from .child import (ChildRelay, CollectionObserver, TestRun, apply_marker, become_test_process, leave_pytest_roles,
+                    receive_prepare, receive_run)
+from .inherit import adopt_basetemp, private_capture, reset_signals
+from .processes import set_title
+from .protocol import Channel, ChannelClosed, ProtocolError
+from .target import Target, TargetError, collect_target
+
+
+class WarningKeeper(CollectionObserver):
+    """Also keeps the warnings collection raised: the first child forked hands them on, once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.warnings: list[tuple] = []
+
+    def pytest_warning_recorded(self, warning_message, when: str, nodeid: str, location) -> None:
+        self.warnings.append((warning_message, when, nodeid, location))
+
+
+class ModuleCollection:
+    """What a module zygote did once for every test of its module: the marker, the import, the collection."""
+
+    def __init__(self, session: pytest.Session, settings: TestSettings, target: Target) -> None:
+        config = session.config
+        leave_pytest_roles(config)
+        private_capture(config)  # what the import prints must not land in the pytest process's capture files
+        adopt_basetemp(config, target.basetemp)
+        self.observer = WarningKeeper()
+        config.pluginmanager.register(self.observer, "npu_lazy_module_collection")
+        self.state = probe.new_state(target.nodeid, "fork", settings.baseline.label, settings.baseline.preload,
+                                     preload_source=settings.preload_source)
+        probe.set_active_state(self.state)
+        self.items: list[pytest.Item] = []
+        self.state.runner_phase("collect")
+        self.problem = apply_marker(self.state, settings)  # the text of every test's error when not None
+        if self.problem is None:
+            try:
+                self.items = collect_target(session, target)
+            except TargetError as exc:
+                self.problem = f"npu_lazy: {exc}"
+        self.state.end_runner_phase()
+        config.pluginmanager.unregister(self.observer)
+        self.forked = 0
+
+
+def serve_collected_child(channel: Channel, session: pytest.Session, module: ModuleCollection) -> None:
+    """Entry point of a child forked from a module zygote: find the test among the module's items, run it."""
+    first = module.forked == 0
+    reset_signals()
+    set_title("child", "spare, waiting for its test")
+    RECORDER.reset_after_fork()
+    relay: ChildRelay = become_test_process(channel, session.config)
+    relay.collect_failures[:] = module.observer.collect_failures
+    relay.deselected[:] = module.observer.deselected
+    if first:  # collection's warnings, once for the module as in-process
+        for warning_message, when, nodeid, location in module.observer.warnings:
+            relay.send_warning(warning_message, when, nodeid, location)
+    try:
+        prepare = receive_prepare(channel)
+        run = TestRun(relay, TestSettings.from_dict(prepare.settings), Target.from_dict(prepare.target), "fork",
+                      state=module.state)
+        if module.problem is not None:
+            run.not_run(module.problem, error=True)
+        else:
+            try:
+                run.find(module.items)
+            except TargetError as exc:
+                run.not_run(f"npu_lazy: {exc}", error=True)
+        receive_run(channel, run.nodeid)
+    except ProtocolError as exc:
+        print(f"pytest-npu-lazy: a test child ends: {exc}", file=sys.stderr)
+        return
+    except ChannelClosed:
+        return  # a spare child that was never needed
+    run.guarded(run.execute)
+    run.finish()
+    sys.stdout.flush()
+    sys.stderr.flush()

@@ -1,0 +1,138 @@
+"""Module zygotes as the pytest process keeps them: which tests share one, how many live, when each goes.
+
+Tests share a module zygote when they are in the same file and their
+settings would make the same import: the same baseline, blocks and tracked
+functions (a different timeout or watch list changes nothing about the
+import). A module zygote lives while its module's tests run: it is stopped
+after the last of them where the pytest process knows which tests it runs
+(not under pytest-xdist, whose workers learn their tests one at a time),
+when more than ``limit`` are alive or their private memory passes
+``memory_limit`` (least recently used first), and at the end of the session.
+A module whose zygote could not be used (it died importing the module,
+refused to fork, did not collect within the test's timeout) runs its tests
+as before: each child imports and collects its own test, so the outcome is
+the one an isolated test always had.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+
+import pytest
+
+from ..settings import Baseline, TestSettings
+from .target import Target
+
+
+@dataclass(frozen=True)
+class ModuleKey:
+    baseline: Baseline
+    path: str
+    block: tuple[str, ...]
+    track: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"module zygote for {self.path}"
+
+
+def module_key(item: pytest.Item, settings: TestSettings) -> ModuleKey | None:
+    """The module zygote ``item`` runs from; None for an item outside a plain file (its own collection)."""
+    target = Target.of(item)
+    if not target.names or "::" in target.argument:
+        return None
+    return ModuleKey(settings.baseline, target.argument, settings.block, settings.track)
+
+
+def module_target(item: pytest.Item) -> Target:
+    """The item's file as a target: collected whole, with every hook, as pytest collects a file argument."""
+    target = Target.of(item)
+    files = [node for node in item.listchain() if isinstance(node, pytest.File)]
+    return Target(files[-1].nodeid, target.argument, (), {}, target.basetemp)
+
+
+def private_bytes(pid: int) -> int:
+    """Memory only this process holds (its copy-on-write pages written since the fork), from /proc."""
+    total = 0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                    total += int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0
+    return total
+
+
+class ModuleZygotes:
+    """The live module zygotes of one pytest process (one per xdist worker), by key, least recently used first."""
+
+    def __init__(self, limit: int, memory_limit: int, counting: bool) -> None:
+        self.limit = limit
+        self.memory_limit = memory_limit
+        self.counting = counting
+        self.live: OrderedDict[ModuleKey, object] = OrderedDict()
+        self.unusable: set[ModuleKey] = set()
+        self.remaining: Counter[ModuleKey] = Counter()
+        self.memory: dict[ModuleKey, int] = {}
+        self.peak_bytes = 0
+        self.started = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.limit > 0
+
+    def expect(self, key: ModuleKey | None) -> None:
+        """One more test of ``key`` will run here (counted at collection, when the process runs all it collected)."""
+        if key is not None and self.counting:
+            self.remaining[key] += 1
+
+    def get(self, key: ModuleKey):
+        zygote = self.live.get(key)
+        if zygote is not None:
+            self.live.move_to_end(key)
+        return zygote
+
+    def add(self, key: ModuleKey, zygote) -> None:
+        self.live[key] = zygote
+        self.started += 1
+
+    def measured(self, key: ModuleKey, pid: int) -> None:
+        """After its collection: what it holds; stop the least recently used while over a limit."""
+        self.memory[key] = private_bytes(pid)
+        self.peak_bytes = max(self.peak_bytes, sum(self.memory.get(k, 0) for k in self.live))
+        while len(self.live) > 1 and (len(self.live) > self.limit
+                                      or sum(self.memory.get(k, 0) for k in self.live) > self.memory_limit):
+            oldest = next(iter(self.live))
+            if oldest == key:
+                break
+            self.close(oldest)
+
+    def room_for_one(self) -> None:
+        """Before starting one: stop the least recently used so the new one fits the count."""
+        while self.live and len(self.live) >= self.limit:
+            self.close(next(iter(self.live)))
+
+    def give_up(self, key: ModuleKey) -> None:
+        """This module's tests collect in their own children from now on."""
+        self.unusable.add(key)
+        self.close(key)
+
+    def done_with(self, key: ModuleKey | None) -> None:
+        """A test of ``key`` ended: after the last one its zygote goes."""
+        if key is None or not self.counting or key not in self.remaining:
+            return
+        self.remaining[key] -= 1
+        if self.remaining[key] <= 0:
+            del self.remaining[key]
+            self.close(key)
+
+    def close(self, key: ModuleKey) -> None:
+        zygote = self.live.pop(key, None)
+        self.memory.pop(key, None)
+        if zygote is not None:
+            zygote.close()
+
+    def shutdown(self) -> None:
+        for key in list(self.live):
+            self.close(key)
