@@ -203,13 +203,11 @@ class TestRun:
 
         Returns False when the test must not go on.
         """
-        from _pytest.outcomes import Exit
-
         try:
             body()
         except KeyboardInterrupt as exc:
             self.channel.send("interrupted", exception="KeyboardInterrupt", message=str(exc), returncode=None)
-        except Exit as exc:
+        except pytest.exit.Exception as exc:
             self.channel.send("interrupted", exception="Exit", message=exc.msg, returncode=exc.returncode)
         except BaseException:
             import traceback
