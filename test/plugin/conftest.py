@@ -8,11 +8,35 @@ logged in the pytest process (the controller under xdist).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 from dataclasses import dataclass
+from importlib.util import find_spec
+from pathlib import Path
 
 import pytest
+
+#: what each importable name of ``@pytest.mark.needs(...)`` is installed as
+NEEDS = {"torch": "torch", "torch_npu": "torch-npu", "xdist": "pytest-xdist", "pytest_timeout": "pytest-timeout",
+         "pytest_forked": "pytest-forked"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs(*modules): skip, saying so, unless these modules are installed "
+                                       f"(one of {', '.join(NEEDS)})")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for mark in item.iter_markers("needs"):
+            unknown = [m for m in mark.args if m not in NEEDS]
+            if unknown:
+                raise pytest.UsageError(f"{item.nodeid}: needs({', '.join(unknown)}): not one of {', '.join(NEEDS)}")
+            missing = [NEEDS[m] for m in mark.args if find_spec(m) is None]
+            if missing:
+                item.add_marker(pytest.mark.skip(reason=f"needs {', '.join(missing)}, which is not installed"))
+
 
 RECORDING_CONFTEST = '''
 import json, os
@@ -114,3 +138,32 @@ def fake_heavy_package(pytester: pytest.Pytester):
     """))
     return pkg
 
+
+
+# -- the CANN tests (test_cann, test_cann_emulation, test_cann_plugin) ---------------
+
+@pytest.fixture(scope="session")
+def installed_spec():
+    """What the installed torch_npu needs from CANN (``cann.StubSpec``); a skip without torch_npu."""
+    from pytest_npu_lazy import cann
+
+    if find_spec("torch_npu") is None:
+        pytest.skip("needs torch_npu (pip install torch-npu), which is not installed")
+    return cann.analyse()
+
+
+@pytest.fixture(scope="session")
+def stub_cache(tmp_path_factory) -> Path:
+    """One cache shared by the tests that only need *a* stub, so it is built once."""
+    return tmp_path_factory.mktemp("cann-cache")
+
+
+@pytest.fixture
+def without_inherited_stub(monkeypatch):
+    """This pytest process activated the stub, and its children inherit it through LD_LIBRARY_PATH."""
+    from pytest_npu_lazy.cann import ENV_MODE, MANIFEST_NAME
+
+    kept = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+            if d and not os.path.isfile(os.path.join(d, MANIFEST_NAME))]
+    monkeypatch.setenv("LD_LIBRARY_PATH", os.pathsep.join(kept))
+    monkeypatch.delenv(ENV_MODE, raising=False)

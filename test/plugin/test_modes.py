@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_reports import ALL_KINDS, EXPECTED  # noqa: E402 - sibling test module
+from outcome_kinds import ALL_KINDS, EXPECTED
 
 pytestmark = pytest.mark.usefixtures("fake_heavy_package")
 
@@ -39,6 +39,7 @@ def test_spawn_gives_the_same_outcomes_as_fork(run_pytest, pytester):
     assert summaries == {"spawn"}
 
 
+@pytest.mark.needs("xdist")
 def test_xdist_gives_the_same_outcomes(run_pytest, pytester):
     pytester.makepyfile(test_kinds=ALL_KINDS, test_clean=CLEAN_AND_BROKEN)
     distributed = run_pytest("-n", "2")
@@ -64,6 +65,7 @@ def pytest_forked_works(tmp_path_factory) -> str | None:
             + next((line for line in done.stdout.splitlines() if "EXITED" in line), done.stdout[-300:]))
 
 
+@pytest.mark.needs("pytest_forked")
 def test_marked_tests_use_the_zygote_under_forked(run_pytest, pytester):
     pytester.makepyfile(test_a_polluter="""
         import heavy.core
