@@ -103,13 +103,19 @@ def run_pytest(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
     pytester.makeconftest(RECORDING_CONFTEST)
     counter = iter(range(1000))
 
-    def run(*args: str, timeout: float = 300, basetemp: bool = True) -> Run:
-        """``basetemp=False``: no ``--basetemp`` (pytester adds one), so pytest picks its own directory."""
+    def run(*args: str, timeout: float = 300, basetemp: bool = True, python: str | None = None) -> Run:
+        """``basetemp=False``: no ``--basetemp`` (pytester adds one), so pytest picks its own directory.
+
+        ``python``: run that interpreter's pytest instead of this one's (with ``--basetemp`` as pytester's).
+        """
         path = pytester.path / f"reports-{next(counter)}.json"
         monkeypatch.setenv("NPU_LAZY_TEST_REPORTS", str(path))
         # test order matters in some scenarios; pytest-randomly, where installed, would shuffle it
         args = ("-p", "no:cacheprovider", "-p", "no:randomly", *args)
-        if basetemp:
+        if python is not None:
+            args = (*args, f"--basetemp={pytester.path / f'basetemp-{next(counter)}'}")
+            result = pytester.run(python, "-m", "pytest", *args, timeout=timeout)
+        elif basetemp:
             result = pytester.runpytest_subprocess(*args, timeout=timeout)
         else:
             result = pytester.run(sys.executable, "-m", "pytest", *args, timeout=timeout)
@@ -167,3 +173,40 @@ def without_inherited_stub(monkeypatch):
             if d and not os.path.isfile(os.path.join(d, MANIFEST_NAME))]
     monkeypatch.setenv("LD_LIBRARY_PATH", os.pathsep.join(kept))
     monkeypatch.delenv(ENV_MODE, raising=False)
+
+
+# -- pytest-forked, on a pytest it supports ---------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def forked_python(tmp_path_factory) -> str:
+    """A Python whose pytest runs pytest-forked: a side venv (benchmarks/forked_venv.py) with an older pytest.
+
+    It sees this venv's packages, and this checkout's plugin through
+    PYTHONPATH. When it cannot be built, the tests using it fail in CI
+    (``CI`` set) and skip elsewhere, saying why.
+    """
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from benchmarks.forked_venv import FORKED_PYTEST, make_forked_venv, python_of
+
+    venv = tmp_path_factory.mktemp("forked") / "venv"
+    error = make_forked_venv(venv)
+    if error is None:
+        import subprocess
+
+        probe = subprocess.run([str(python_of(venv)), "-c", "import pytest, pytest_forked, pytest_npu_lazy; "
+                                "print(pytest.__version__)"], capture_output=True, text=True,
+                               env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                                   p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)))
+        if probe.returncode != 0 or probe.stdout.strip() != FORKED_PYTEST:
+            error = (f"the side venv for pytest-forked does not give pytest {FORKED_PYTEST} with pytest-forked "
+                     f"and this plugin: {(probe.stdout + probe.stderr)[-800:]}")
+    if error is not None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(error)
+        pytest.skip(error)
+    return str(python_of(venv))
+
