@@ -12,6 +12,12 @@ pytest fails its session.
     nox                         # every environment, then the matrix
     nox -l                      # the environments
     nox -s "env(torch2.13.0-npu2.13.0-none)" -- -x    # one, with extra pytest arguments
+
+The plugin's own tests against the oldest and the newest pytest that
+pyproject.toml declares (not run by a plain ``nox``):
+
+    nox -s "pytest(oldest)" "pytest(newest)"               # test/plugin, 2 workers
+    nox -s "pytest(oldest)" -- test/plugin/test_modes.py    # other pytest arguments
 """
 
 from __future__ import annotations
@@ -68,6 +74,9 @@ def _environments(path: Path) -> tuple[dict, list[Environment]]:
 
 
 SETTINGS, ENVIRONMENTS = _environments(CONFIG)
+
+#: the ends of the range ``pytest`` has in pyproject.toml's dependencies; keep the two in step
+PYTEST_RELEASES = {"oldest": "9.1.1", "newest": "9.2.0"}
 OUTPUT = ROOT / SETTINGS.get("output", "docs/matrix")
 
 CHECK_BUILD = """
@@ -97,6 +106,26 @@ def env(session: nox.Session, environment: Environment) -> None:
     session.chdir(ROOT)
     session.run("python", "-m", "pytest", *SETTINGS.get("pytest_args", ["-p", "npu_lazy", "test/dynamo"]),
                 f"--npu-lazy-json={report}", *session.posargs, success_codes=[0, 1])
+
+
+def _ci_requirements_except_pytest() -> list[str]:
+    """requirements/ci.txt without its pytest pin (its plugins' pins support the whole declared range)."""
+    lines = (ROOT / "requirements" / "ci.txt").read_text().splitlines()
+    requirements = [line.split("#", 1)[0].strip() for line in lines]
+    return [r for r in requirements if r and not re.match(r"^pytest\s*[=<>!~]", r)]
+
+
+@nox.session(name="pytest")
+@nox.parametrize("release", [nox.param(version, id=end) for end, version in PYTEST_RELEASES.items()])
+def pytest_release(session: nox.Session, release: str) -> None:
+    """The plugin's own tests (test/plugin) on one end of the declared pytest range."""
+    session.install(*_ci_requirements_except_pytest(), f"pytest=={release}")
+    session.install("--no-deps", "-e", str(ROOT))
+    session.run("python", "-c", "import pytest, sys; v = pytest.__version__; "
+                f"sys.exit(None if v == {release!r} else f'pytest {{v}} came in, not {release}')")
+    session.chdir(ROOT)
+    session.run("python", "-m", "pytest", "-p", "no:cacheprovider",
+                *(session.posargs or ["-n", "2", "test/plugin"]))
 
 
 @nox.session(venv_backend="none")

@@ -36,16 +36,14 @@ if __package__ in (None, ""):  # python benchmarks/run.py
 
 REPO = Path(__file__).resolve().parent.parent
 
-from benchmarks import compile_trigger  # noqa: E402 - after the sys.path fix for `python benchmarks/run.py`
+from benchmarks import compile_trigger, forked_venv  # noqa: E402 - after the sys.path fix for `python benchmarks/run.py`
 
 RESULTS = REPO / "benchmarks" / "results"
 SUBPROCESS_SUITE = "benchmarks/subprocess_suite"
 DYNAMO_SUITE = "test/dynamo"
 TIMING_ENV = "NPU_LAZY_BENCH_TIMING"
 DEFAULT_FORKED_VENV = os.environ.get("NPU_LAZY_BENCH_FORKED_VENV", "/tmp/bench-forked")
-#: pytest-forked cannot work on pytest 9.2 (it marshals reports, and 9.2's NodeId does not marshal)
-FORKED_PYTEST = "9.1.1"
-FORKED_VERSION = "1.7.5"
+FORKED_PYTEST, FORKED_VERSION = forked_venv.FORKED_PYTEST, forked_venv.FORKED_VERSION
 
 #: the code string of a torch_npu-style test, and of the trivial subprocess-per-test variant
 IMPORT_CODE = "import torch, torch_npu"
@@ -246,22 +244,7 @@ def forked_python(venv: Path, allow_create: bool, env: dict[str, str]) -> tuple[
 
 def make_forked_venv(venv: Path) -> str | None:
     log(f"creating the side venv {venv} (pytest=={FORKED_PYTEST}, pytest-forked=={FORKED_VERSION})")
-    try:
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, text=True)
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                        f"pytest=={FORKED_PYTEST}", f"pytest-forked=={FORKED_VERSION}"],
-                       check=True, capture_output=True, text=True, timeout=900)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError) as exc:
-        shutil.rmtree(venv, ignore_errors=True)
-        detail = getattr(exc, "stderr", "") or str(exc)
-        return f"could not create the side venv for pytest-forked: {str(detail)[-800:]}"
-    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    import sysconfig
-
-    ours = sysconfig.get_paths()["purelib"]  # torch, torch_npu and their dependencies, appended after its own
-    Path(site, "zz_npu_lazy_bench_main_venv.pth").write_text(ours + "\n")
-    return None
+    return forked_venv.make_forked_venv(venv)
 
 
 def forked_in_main_venv(folder: Path, env: dict[str, str]) -> str | None:

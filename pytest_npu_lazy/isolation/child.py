@@ -218,13 +218,11 @@ class TestRun:
 
         Returns False when the test must not go on.
         """
-        from _pytest.outcomes import Exit
-
         try:
             body()
         except KeyboardInterrupt as exc:
             send(self.channel, messages.Interrupted("KeyboardInterrupt", str(exc), None))
-        except Exit as exc:
+        except pytest.exit.Exception as exc:
             send(self.channel, messages.Interrupted("Exit", exc.msg, exc.returncode))
         except BaseException:
             import traceback

@@ -16,8 +16,9 @@ import warnings
 from typing import Any, Protocol
 
 import pytest
-from _pytest.reports import TestReport
+from pytest import TestReport
 
+from .. import compat
 from ..errors import MarkerError, NpuLazyError
 from .outputs import add_junit_extras, show_terminal_text
 from .processes import kill_group
@@ -87,7 +88,7 @@ class IsolationController:
                 lambda: self._prepare_next(nextitem))
         finally:
             self.launchers[settings.isolation].release(item, settings)
-            item.session._setupstate.teardown_exact(nextitem)
+            compat.teardown_exact(item, nextitem)
             self._log_finish(item)
         return True
 

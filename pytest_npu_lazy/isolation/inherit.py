@@ -8,10 +8,10 @@ interpreter exit (which ``os._exit`` skips). Left alone, each of these makes
 an isolated test behave differently from the same test in-process, so each
 is adjusted here, once, where the child starts or ends.
 
-The pytest internals this needs (the capture manager's ``_global_capturing``
-and ``_method``, ``MultiCapture._state``, ``_pytest.capture._get_multicapture``,
-``config._tmp_path_factory`` and its ``_basetemp``) are used here and nowhere
-else; so is coverage.py's private ``_data_suffix_specified``.
+The pytest internals this needs (the capture manager's global capture, the
+temporary-path factory's base directory) are reached through
+``pytest_npu_lazy.compat``; coverage.py's private ``_data_suffix_specified``
+is used here and nowhere else.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ import os
 import signal
 import sys
 import warnings
-from pathlib import Path
-
 import pytest
 
+from .. import compat
 from .processes import die_with_parent, kill_group
 
 #: Signals the zygote servers handle themselves; a child gets the pytest process's handlers back.
@@ -73,19 +72,7 @@ def private_capture(config: pytest.Config) -> list[int]:
     to the pytest process, which can read what a test printed even when the
     child dies before reporting it.
     """
-    from _pytest.capture import FDCapture, _get_multicapture
-
-    capman = config.pluginmanager.get_plugin("capturemanager")
-    if capman is None or capman._global_capturing is None:
-        return [-1, -1]
-    inherited = capman._global_capturing
-    if inherited._state != "stopped":
-        inherited.stop_capturing()
-    capturing = _get_multicapture(capman._method)
-    capturing.start_capturing()
-    capturing.suspend_capturing()
-    capman._global_capturing = capturing
-    return [c.tmpfile.fileno() if isinstance(c, FDCapture) else -1 for c in (capturing.out, capturing.err)]
+    return compat.restart_global_capture(config)
 
 
 def session_basetemp(config: pytest.Config) -> str | None:
@@ -94,15 +81,12 @@ def session_basetemp(config: pytest.Config) -> str | None:
     Isolated tests share it, so ``tmp_path`` numbering, ``--basetemp`` and
     the retention policy work as they do for in-process tests.
     """
-    factory = getattr(config, "_tmp_path_factory", None)
-    return None if factory is None else str(factory.getbasetemp())
+    return compat.session_basetemp(config)
 
 
 def adopt_basetemp(config: pytest.Config, basetemp: str | None) -> None:
     """In the child: use the session's base temporary directory instead of choosing (and clearing) one."""
-    factory = getattr(config, "_tmp_path_factory", None)
-    if factory is not None and basetemp is not None:
-        factory._basetemp = Path(basetemp)
+    compat.adopt_basetemp(config, basetemp)
 
 
 def save_coverage() -> str | None:

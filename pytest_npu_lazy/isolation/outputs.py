@@ -10,8 +10,9 @@ before the teardown report; the pytest process writes both where its own
 would have gone. Progress lines and results are not sent: the pytest process
 prints those from the reports, as for any test.
 
-The pytest internals this needs (``_pytest.junitxml.xml_key`` and the
-JUnit node reporters, the terminal reporter's ``_tw``) are used here only.
+The pytest internals this needs (the JUnit XML object and its node
+reporters, the terminal reporter's writer) are reached through
+``pytest_npu_lazy.compat``.
 """
 
 from __future__ import annotations
@@ -20,14 +21,13 @@ from typing import Any
 
 import pytest
 
+from .. import compat
 from .messages import Junit, Terminal
 from .protocol import send
 
 
 def _xml(config: pytest.Config):
-    from _pytest.junitxml import xml_key
-
-    return config.stash.get(xml_key, None)
+    return compat.junit_xml(config)
 
 
 # -- in the child -------------------------------------------------------------
@@ -70,18 +70,12 @@ class ChildOutputs:
     """The child's terminal and JUnit extras, sent to the pytest process."""
 
     def __init__(self, channel, config: pytest.Config) -> None:
-        from _pytest._io import TerminalWriter
-
         self.channel = channel
         self.sending = False  # collection output was shown when the pytest process collected
         manager = config.pluginmanager
         reporter = manager.get_plugin("terminalreporter")
         if reporter is not None:
-            inherited = reporter._tw
-            writer = TerminalWriter(_ChannelFile(self))  # type: ignore[arg-type]
-            writer.hasmarkup, writer.code_highlight = inherited.hasmarkup, inherited.code_highlight
-            writer.fullwidth = inherited.fullwidth
-            reporter._tw = writer
+            compat.redirect_terminal_writer(reporter, _ChannelFile(self))
             manager.unregister(reporter)
             manager.register(_TerminalStandIn(reporter), "terminalreporter")
         self.xml = _xml(config)

@@ -14,8 +14,8 @@ identities, from the clock) gives the same ids to different cases; running
 "test[x0]" with another value would be a silent lie, so it fails instead.
 
 The pytest internal this needs (``_pytest.main.resolve_collection_argument``,
-replaced in the child only, for the one argument naming the target) lives
-here.
+replaced in the child only, for the one argument naming the target) is
+reached through ``pytest_npu_lazy.compat``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import pytest
 
-from .inherit import session_basetemp
+from .. import compat
 from .messages import Prepare
 
 _TARGET_KEY = pytest.StashKey["Target"]()
@@ -67,7 +67,7 @@ class Target:
             else:  # an item a directory collector made: its node id is the best pytest can take
                 argument, names = node_argument(item.config, item.nodeid), ()
             target = item.stash[_TARGET_KEY] = cls(item.nodeid, argument, names, describe_params(item),
-                                                   session_basetemp(item.config))
+                                                   compat.session_basetemp(item.config))
         return target
 
     def to_dict(self) -> dict:
@@ -97,29 +97,24 @@ def resolve_exactly(target: Target) -> Callable[[], None]:
     Everything else (path matching, conftests, every collection hook) stays
     pytest's own; only the parsing of this one argument is skipped.
     """
-    import _pytest.main as main
-
-    original = main.resolve_collection_argument
     if not target.names:
         return lambda: None
 
-    def resolve(invocation_path, arg, *args, **kwargs):
-        if arg != target.argument:
-            return original(invocation_path, arg, *args, **kwargs)
-        plain = original(invocation_path, os.sep, *args, **kwargs)  # a valid argument of this pytest's shape
-        if isinstance(plain, tuple):  # older pytest: (path, names)
-            return Path(target.argument), list(target.names)
-        changes: dict[str, Any] = {"path": Path(target.argument), "parts": list(target.names)}
-        if hasattr(plain, "parametrization"):
-            changes["parametrization"] = ""  # the last name already holds it: match it exactly
-        return dataclasses.replace(plain, **changes)
+    def make(original):
+        def resolve(invocation_path, arg, *args, **kwargs):
+            if arg != target.argument:
+                return original(invocation_path, arg, *args, **kwargs)
+            plain = original(invocation_path, os.sep, *args, **kwargs)  # a valid argument of this pytest's shape
+            if isinstance(plain, tuple):  # older pytest: (path, names)
+                return Path(target.argument), list(target.names)
+            changes: dict[str, Any] = {"path": Path(target.argument), "parts": list(target.names)}
+            if hasattr(plain, "parametrization"):
+                changes["parametrization"] = ""  # the last name already holds it: match it exactly
+            return dataclasses.replace(plain, **changes)
 
-    main.resolve_collection_argument = resolve
+        return resolve
 
-    def undo() -> None:
-        main.resolve_collection_argument = original
-
-    return undo
+    return compat.patch_resolve_collection_argument(make)
 
 
 def collect_target(session: pytest.Session, target: Target) -> list[pytest.Item]:

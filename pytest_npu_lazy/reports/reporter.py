@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from .. import compat
 from . import budget
 from .schema import (ReportError, document, load_baseline, relative_paths, result_entry,
                      write_json, write_text)
@@ -214,11 +215,7 @@ class Reporter:
         """The environment as testsuite properties of the JUnit XML."""
         if not self._reporting():
             return
-        try:
-            from _pytest.junitxml import xml_key
-        except ImportError:  # pragma: no cover - pytest moved it
-            return
-        xml = self.config.stash.get(xml_key, None)
+        xml = compat.junit_xml(self.config)
         if xml is None:
             return
         for key, value in self.environment().items():
@@ -291,7 +288,7 @@ class Reporter:
         if shown:
             terminalreporter.write_sep("=", "npu_lazy: phases and watched modules")
             for entry in shown:
-                for text, markup in summary_lines(entry, verbosity, terminalreporter._tw.fullwidth):
+                for text, markup in summary_lines(entry, verbosity, config.get_terminal_writer().fullwidth):
                     write(text, **markup)
         if self.baseline is not None:
             over = [e for e in self.results.values() if e.budget]

@@ -8,11 +8,35 @@ logged in the pytest process (the controller under xdist).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 from dataclasses import dataclass
+from importlib.util import find_spec
+from pathlib import Path
 
 import pytest
+
+#: what each importable name of ``@pytest.mark.needs(...)`` is installed as
+NEEDS = {"torch": "torch", "torch_npu": "torch-npu", "xdist": "pytest-xdist", "pytest_timeout": "pytest-timeout",
+         "pytest_forked": "pytest-forked"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs(*modules): skip, saying so, unless these modules are installed "
+                                       f"(one of {', '.join(NEEDS)})")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for mark in item.iter_markers("needs"):
+            unknown = [m for m in mark.args if m not in NEEDS]
+            if unknown:
+                raise pytest.UsageError(f"{item.nodeid}: needs({', '.join(unknown)}): not one of {', '.join(NEEDS)}")
+            missing = [NEEDS[m] for m in mark.args if find_spec(m) is None]
+            if missing:
+                item.add_marker(pytest.mark.skip(reason=f"needs {', '.join(missing)}, which is not installed"))
+
 
 RECORDING_CONFTEST = '''
 import json, os
@@ -79,13 +103,19 @@ def run_pytest(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch):
     pytester.makeconftest(RECORDING_CONFTEST)
     counter = iter(range(1000))
 
-    def run(*args: str, timeout: float = 300, basetemp: bool = True) -> Run:
-        """``basetemp=False``: no ``--basetemp`` (pytester adds one), so pytest picks its own directory."""
+    def run(*args: str, timeout: float = 300, basetemp: bool = True, python: str | None = None) -> Run:
+        """``basetemp=False``: no ``--basetemp`` (pytester adds one), so pytest picks its own directory.
+
+        ``python``: run that interpreter's pytest instead of this one's (with ``--basetemp`` as pytester's).
+        """
         path = pytester.path / f"reports-{next(counter)}.json"
         monkeypatch.setenv("NPU_LAZY_TEST_REPORTS", str(path))
         # test order matters in some scenarios; pytest-randomly, where installed, would shuffle it
         args = ("-p", "no:cacheprovider", "-p", "no:randomly", *args)
-        if basetemp:
+        if python is not None:
+            args = (*args, f"--basetemp={pytester.path / f'basetemp-{next(counter)}'}")
+            result = pytester.run(python, "-m", "pytest", *args, timeout=timeout)
+        elif basetemp:
             result = pytester.runpytest_subprocess(*args, timeout=timeout)
         else:
             result = pytester.run(sys.executable, "-m", "pytest", *args, timeout=timeout)
@@ -113,4 +143,70 @@ def fake_heavy_package(pytester: pytest.Pytester):
         has_flag.has_run = False
     """))
     return pkg
+
+
+
+# -- the CANN tests (test_cann, test_cann_emulation, test_cann_plugin) ---------------
+
+@pytest.fixture(scope="session")
+def installed_spec():
+    """What the installed torch_npu needs from CANN (``cann.StubSpec``); a skip without torch_npu."""
+    from pytest_npu_lazy import cann
+
+    if find_spec("torch_npu") is None:
+        pytest.skip("needs torch_npu (pip install torch-npu), which is not installed")
+    return cann.analyse()
+
+
+@pytest.fixture(scope="session")
+def stub_cache(tmp_path_factory) -> Path:
+    """One cache shared by the tests that only need *a* stub, so it is built once."""
+    return tmp_path_factory.mktemp("cann-cache")
+
+
+@pytest.fixture
+def without_inherited_stub(monkeypatch):
+    """This pytest process activated the stub, and its children inherit it through LD_LIBRARY_PATH."""
+    from pytest_npu_lazy.cann import ENV_MODE, MANIFEST_NAME
+
+    kept = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+            if d and not os.path.isfile(os.path.join(d, MANIFEST_NAME))]
+    monkeypatch.setenv("LD_LIBRARY_PATH", os.pathsep.join(kept))
+    monkeypatch.delenv(ENV_MODE, raising=False)
+
+
+# -- pytest-forked, on a pytest it supports ---------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def forked_python(tmp_path_factory) -> str:
+    """A Python whose pytest runs pytest-forked: a side venv (benchmarks/forked_venv.py) with an older pytest.
+
+    It sees this venv's packages, and this checkout's plugin through
+    PYTHONPATH. When it cannot be built, the tests using it fail in CI
+    (``CI`` set) and skip elsewhere, saying why.
+    """
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    from benchmarks.forked_venv import FORKED_PYTEST, make_forked_venv, python_of
+
+    venv = tmp_path_factory.mktemp("forked") / "venv"
+    error = make_forked_venv(venv)
+    if error is None:
+        import subprocess
+
+        probe = subprocess.run([str(python_of(venv)), "-c", "import pytest, pytest_forked, pytest_npu_lazy; "
+                                "print(pytest.__version__)"], capture_output=True, text=True,
+                               env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                                   p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)))
+        if probe.returncode != 0 or probe.stdout.strip() != FORKED_PYTEST:
+            error = (f"the side venv for pytest-forked does not give pytest {FORKED_PYTEST} with pytest-forked "
+                     f"and this plugin: {(probe.stdout + probe.stderr)[-800:]}")
+    if error is not None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(error)
+        pytest.skip(error)
+    return str(python_of(venv))
 

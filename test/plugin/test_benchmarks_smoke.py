@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.needs("torch", "torch_npu", "xdist")
+
 REPO = Path(__file__).resolve().parents[2]
 FIGURES = ("zygote_median_ms", "subprocess_over_zygote", "suite_speedup", "recorder_overhead_pct", "xdist_speedup")
 

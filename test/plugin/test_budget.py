@@ -142,6 +142,7 @@ def test_gate_passes_then_fails_naming_the_test(gated, run_pytest, monkeypatch):
     assert looser.result.ret == 0, looser.text()  # 4 of 3 is within +40%, heavy.lazy not watched
 
 
+@pytest.mark.needs("xdist")
 def test_gate_under_xdist(gated, run_pytest, monkeypatch):
     assert run_pytest("--npu-lazy-save-baseline=budget.json").result.ret == 0
     monkeypatch.setenv("MORE", "1")

@@ -25,37 +25,16 @@ from elftools.elf.elffile import ELFFile
 
 from pytest_npu_lazy import cann
 
-REPO = Path(cann.__file__).resolve().parents[2]
-TORCH_NPU_DIR = Path(next(iter(find_spec("torch_npu").submodule_search_locations)))
-TORCH_LIB_DIR = Path(next(iter(find_spec("torch").submodule_search_locations))) / "lib"
+from cann_support import clean_env, run_python
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """The test process's environment minus anything that would steer CANN activation."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("PYTEST_NPU_LAZY", "ASCEND_"))
-        and key not in ("LD_LIBRARY_PATH", "TORCH_DEVICE_BACKEND_AUTOLOAD", "CC")
-    }
-    env["PYTHONPATH"] = str(REPO)
-    env.update(extra)
-    return env
 
-
-def run_python(code: str, timeout: float = 240, **env: str) -> dict:
-    """Run code in a fresh interpreter; it must print one JSON object as its last stdout line."""
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=clean_env(**env),
-        timeout=timeout,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    answer = json.loads(result.stdout.strip().splitlines()[-1])
-    answer["stderr"] = result.stderr
-    return answer
+def installed_dir(name: str) -> Path:
+    """The directory of an installed package (torch, torch_npu), or a skip saying it is not installed."""
+    spec = find_spec(name)
+    if spec is None:
+        pytest.skip(f"needs {name}, which is not installed")
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def activation_error(mode: str, stub_cache: Path, first: str = "pass", **env: str) -> dict:
@@ -95,17 +74,6 @@ def write_script(path: Path, body: str) -> str:
     path.write_text("#!/bin/sh\n" + textwrap.dedent(body))
     path.chmod(0o755)
     return str(path)
-
-
-@pytest.fixture(scope="session")
-def installed_spec() -> cann.StubSpec:
-    return cann.analyse()
-
-
-@pytest.fixture(scope="session")
-def stub_cache(tmp_path_factory) -> Path:
-    """One cache shared by the tests that only need *a* stub, so it is built once."""
-    return tmp_path_factory.mktemp("cann-cache")
 
 
 @pytest.fixture(scope="session")
@@ -177,6 +145,7 @@ def fake_package(tmp_path_factory) -> Path:
     lib/libfake_extra.so references helper_b@HELPER_1.0 from the package's own libhelper.so,
     which was rebuilt without it: a versioned reference is the named library's business, never CANN's.
     """
+    installed_dir("torch")  # the analysis tells torch_npu's symbols from torch's
     root = tmp_path_factory.mktemp("fake")
     package = root / "fakenpu"
     (package / "lib").mkdir(parents=True)
@@ -286,11 +255,11 @@ def test_analyse_wheel_matches_the_unpacked_package(fake_package, tmp_path):
 
 
 def test_installed_torch_npu_needs_from_outside_only_what_nothing_here_provides(installed_spec):
-    own = sorted(p for p in TORCH_NPU_DIR.rglob("*.so*") if p.is_file())
+    own = sorted(p for p in installed_dir("torch_npu").rglob("*.so*") if p.is_file())
     views = {p: elf_view(p) for p in own}
     needed = {n for _, deps, _ in views.values() for n in deps}
     local_names = {p.name for p in own} | {v[0] for v in views.values() if v[0]}
-    torch_names = {p.name for p in TORCH_LIB_DIR.glob("*.so*")}
+    torch_names = {p.name for p in (installed_dir("torch") / "lib").glob("*.so*")}
     ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
     system = subprocess.run([ldconfig, "-p"], capture_output=True, text=True).stdout
     known_to_system = {line.split()[0] for line in system.splitlines()[1:] if line.strip()}
@@ -309,12 +278,12 @@ def test_installed_stub_symbols_are_undefined_in_torch_npu_and_absent_from_torch
     assert "aclrtGetDeviceCount" in symbols and "aclrtSetDevice" in symbols
     assert not symbols & {"malloc", "free", "memcpy", "PyLong_FromLong", "dlopen"}
     undefined: set[str] = set()
-    for path in TORCH_NPU_DIR.rglob("*.so*"):
+    for path in installed_dir("torch_npu").rglob("*.so*"):
         with open(path, "rb") as stream:
             dynsym = ELFFile(stream).get_section_by_name(".dynsym")
             undefined |= {s.name for s in dynsym.iter_symbols() if s["st_shndx"] == "SHN_UNDEF"}
     assert symbols <= undefined
-    for path in TORCH_LIB_DIR.glob("*.so*"):
+    for path in (installed_dir("torch") / "lib").glob("*.so*"):
         with open(path, "rb") as stream:
             lookup = ELFFile(stream).get_section_by_name(".gnu.hash")
             for symbol in symbols:
@@ -325,8 +294,9 @@ def test_installed_stub_symbols_are_undefined_in_torch_npu_and_absent_from_torch
 def test_installed_wheel_analysis_agrees_with_the_installed_package(installed_spec, tmp_path):
     wheel = tmp_path / f"torch_npu-{installed_spec.torch_npu_version}-cp3-none-any.whl"
     with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_STORED) as archive:
-        for path in sorted(TORCH_NPU_DIR.rglob("*.so*")):
-            archive.write(path, f"torch_npu/{path.relative_to(TORCH_NPU_DIR)}")
+        package = installed_dir("torch_npu")
+        for path in sorted(package.rglob("*.so*")):
+            archive.write(path, f"torch_npu/{path.relative_to(package)}")
     spec = cann.analyse_wheel(wheel)
     assert spec.libraries == installed_spec.libraries
     assert spec.core_sonames == installed_spec.core_sonames
@@ -490,7 +460,7 @@ def test_stub_makes_torch_npu_import_without_a_device(installed_spec, stub_cache
         f"{installed_spec.symbol_count} symbols; {shared_stub})"
     )
     assert answer["again"] and answer["autoloaded"]
-    assert Path(answer["torch_npu_file"]).parent == TORCH_NPU_DIR  # the real package's Python code
+    assert Path(answer["torch_npu_file"]).parent == installed_dir("torch_npu")  # the real package's Python code
     assert answer["available"] is False and answer["count"] == 0
     assert answer["usable"][0] is False and "is_available() is False" in answer["usable"][1]
     assert answer["mode_env"] == "stub" and answer["ld_path"][0] == str(shared_stub)
@@ -612,6 +582,7 @@ def test_activation_is_idempotent_and_refuses_to_switch(stub_cache):
     assert "auto, real, stub, emulate, off" in answer["unknown"]
 
 
+@pytest.mark.needs("torch")
 def test_stub_refused_once_torch_is_imported(stub_cache):
     answer = activation_error("stub", stub_cache, first="import torch", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert answer["message"] and "before torch is imported" in answer["message"]

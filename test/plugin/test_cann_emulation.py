@@ -15,8 +15,10 @@ from elftools.elf.elffile import ELFFile
 
 from pytest_npu_lazy import cann
 from pytest_npu_lazy.cann import emulation
-from test_cann import installed_spec, run_python, stub_cache  # noqa: F401  (shared session fixtures)
-from test_cann_plugin import without_inherited_stub  # noqa: F401
+
+from cann_support import run_python
+
+pytestmark = pytest.mark.needs("torch", "torch_npu")
 
 MODEL = emulation.MODEL
 
@@ -34,7 +36,7 @@ answer = {{}}
 
 
 @pytest.fixture(scope="session")
-def emulated(installed_spec, stub_cache):  # noqa: F811
+def emulated(installed_spec, stub_cache):
     return cann.build_stub(installed_spec, stub_cache, emulate=True)
 
 
@@ -196,7 +198,7 @@ def test_no_trace_without_the_variable(emulated):
     assert "CANN emulation" not in got["stderr"]
 
 
-def test_emulation_build_exports_every_cann_symbol_under_its_own_key(installed_spec, emulated):  # noqa: F811
+def test_emulation_build_exports_every_cann_symbol_under_its_own_key(installed_spec, emulated):
     assert emulated.name != installed_spec.key() and emulated.name.startswith("emulated-")
     manifest = json.loads((emulated / cann.MANIFEST_NAME).read_text())
     assert manifest["load_order"][0] == emulation.EMULATION_SONAME
@@ -319,7 +321,7 @@ def test_matrix_tells_the_emulation_from_the_stub():
     assert labels[0].endswith("/ CANN stub") and labels[1].endswith(f"/ CANN emulate {MODEL.soc_name}")
 
 
-def test_command_line_lists_the_emulation(emulated, stub_cache, capsys):  # noqa: F811
+def test_command_line_lists_the_emulation(emulated, stub_cache, capsys):
     assert cann.main(["--emulate", "--cache-dir", str(stub_cache), "--json"]) == 0
     [report] = json.loads(capsys.readouterr().out)
     assert report["build"]["ok"] and report["build"]["stub_dir"] == str(emulated)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+pytestmark = pytest.mark.needs("torch", "torch_npu")
+
 IMPORTS = """
 import pytest
 
@@ -35,19 +37,6 @@ def test_stub_makes_real_torch_npu_importable_and_says_so(run_pytest, pytester):
     assert any("CANN: host stub - no NPU device" in line for line in header), header
     assert any("device cpu (no NPU: CANN host stub)" in line for line in header), header
     assert "needs a real NPU device: running on the CANN host stub - no NPU device" in run.text()
-
-
-@pytest.fixture
-def without_inherited_stub(monkeypatch):
-    """This pytest process activated the stub, and its children inherit it through LD_LIBRARY_PATH."""
-    import os
-
-    from pytest_npu_lazy.cann import ENV_MODE, MANIFEST_NAME
-
-    kept = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
-            if d and not os.path.isfile(os.path.join(d, MANIFEST_NAME))]
-    monkeypatch.setenv("LD_LIBRARY_PATH", os.pathsep.join(kept))
-    monkeypatch.delenv(ENV_MODE, raising=False)
 
 
 def test_off_with_an_inherited_stub_is_a_clear_usage_error(run_pytest, pytester):

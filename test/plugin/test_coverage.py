@@ -45,7 +45,8 @@ def _coverage_line(run) -> str:
     return " ".join(lines[0].split())
 
 
-@pytest.mark.parametrize("extra", [(), ("-n", "2"), ("--npu-lazy-isolation=spawn",)], ids=["fork", "xdist", "spawn"])
+@pytest.mark.parametrize("extra", [(), pytest.param(("-n", "2"), marks=pytest.mark.needs("xdist")), ("--npu-lazy-isolation=spawn",)],
+                         ids=["fork", "xdist", "spawn"])
 def test_isolated_tests_report_the_same_coverage(run_pytest, pytester, extra):
     pytester.makepyfile(mylib=LIBRARY, test_cov=TESTS)
     cov = ("--cov=mylib", "--cov-report=term-missing", *extra)

@@ -127,6 +127,7 @@ def test_hanging_test_is_killed_with_its_group_and_the_zygote_lives_on(run_pytes
     assert int((pytester.path / "pids.after").read_text()) == zygote  # same zygote served the next test
 
 
+@pytest.mark.needs("pytest_timeout")
 def test_pytest_timeout_marker_is_honoured(run_pytest, pytester):
     pytester.makepyfile(test_pt="""
         import time
@@ -267,6 +268,7 @@ def _default_sigint() -> None:
 
 @pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
 @pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.needs("xdist")
 def test_interrupt_leaves_no_process(pytester, tmp_path, how, workers):
     pytester.makepyfile(test_long=LONG)
     tag = str(uuid.uuid4())
@@ -333,6 +335,7 @@ def test_what_a_test_leaves_running_is_killed_when_it_ends(run_pytest, pytester)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.needs("xdist")
 def test_normal_exit_and_failures_leave_no_process(pytester, workers):
     pytester.makepyfile(test_short="""
         import pytest
@@ -354,6 +357,7 @@ def test_normal_exit_and_failures_leave_no_process(pytester, workers):
     assert _tagged_processes(tag) == []
 
 
+@pytest.mark.needs("xdist")
 def test_sigterm_under_xdist_ends_quietly(pytester, tmp_path):
     """Killing the controller mid-run must not leave workers to fail in xdist's session-finish hook."""
     pytester.makepyfile(test_quick="""

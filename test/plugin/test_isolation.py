@@ -135,6 +135,7 @@ def test_guard_names_a_conftest_import(run_pytest, pytester):
     assert "keep that import out of conftest.py files" in message
 
 
+@pytest.mark.needs("torch")
 def test_the_pytest_process_never_imports_what_the_plugin_watches(run_pytest, pytester):
     """The plugin, its header, the CANN activation, zygotes and reports leave torch, torch_npu and triton to children."""
     pytester.makepyfile(test_heavy_child="""

@@ -103,6 +103,7 @@ def test_tmp_paths_live_in_the_session_basetemp(run_pytest, pytester, monkeypatc
     assert not any(path.startswith("test_writes") for path in layouts["isolated"])  # passed: removed
 
 
+@pytest.mark.needs("xdist")
 def test_isolated_tests_never_delete_each_others_files(run_pytest, pytester):
     """With --basetemp and -n 2, every test's directory survives the tests after it."""
     pytester.makepyfile(test_tmp=TMP_TESTS)

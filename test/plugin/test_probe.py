@@ -188,6 +188,7 @@ def test_phase_and_pattern_misuse(run_pytest, pytester):
     assert "no module named 'haevy' is installed. Did you mean 'heavy'?" in top
 
 
+@pytest.mark.needs("torch")
 def test_compile_records_phases_and_checks_eager(run_pytest, pytester):
     """Real torch, real Inductor kernel on the CPU; an injected mismatch must be caught."""
     pytester.makepyfile(test_compile="""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
@@ -12,6 +14,7 @@ def python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
 
+@pytest.mark.needs("torch")
 def test_readme_examples_pass(run_pytest, pytester):
     blocks = python_blocks()
     assert blocks, "the README lost its examples"
@@ -61,6 +64,7 @@ def test_wrapper(npu_lazy):
 '''
 
 
+@pytest.mark.needs("torch")
 def test_failure_example_is_what_a_run_prints(pytester):
     """The README's failure text, regenerated from this run when torch or the chain format changes."""
     import pytest_npu_lazy

@@ -150,6 +150,7 @@ def test_json_modules_option_adds_the_waterfall_data(suite, run_pytest):
         assert 0 <= module["duration"] <= phase["duration"]
 
 
+@pytest.mark.needs("xdist")
 def test_xdist_writes_one_merged_report(suite, run_pytest):
     run = run_pytest("-n", "2", "--npu-lazy-json=out/merged.json")
     assert run.result.ret == pytest.ExitCode.TESTS_FAILED, run.text()
@@ -189,6 +190,7 @@ def test_junit_xml_carries_the_key_facts(suite, run_pytest):
     assert props("test_not_isolated") == {}
 
 
+@pytest.mark.needs("xdist")
 def test_junit_properties_under_xdist(suite, run_pytest):
     run_pytest("-n", "2", "--junitxml=junit.xml", "-k", "import_ok")
     root = ET.parse(suite.path / "junit.xml").getroot()

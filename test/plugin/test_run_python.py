@@ -89,6 +89,7 @@ def test_the_preload_environment_picks_the_zygote(modules_dir):
     assert sweet_again == ("sweet", "2", sweet[2]), "a variable it never read is only set in the child"
 
 
+@pytest.mark.needs("torch", "torch_npu")
 def test_device_backend_autoload_selects_another_zygote():
     env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     code = "import os, sys, torch; print('torch_npu' in sys.modules, os.getppid())"
@@ -292,6 +293,7 @@ def test_zygotes_are_recorded():
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.needs("xdist")
 def test_plain_marked_and_unittest_tests_under_xdist(run_pytest, pytester, monkeypatch, workers):
     pids = pytester.path / "zygote-pids"
     monkeypatch.setenv("NPU_LAZY_ZYGOTE_PIDS", str(pids))

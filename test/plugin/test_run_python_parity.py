@@ -21,6 +21,8 @@ import pytest
 from pytest_npu_lazy import run_python
 from pytest_npu_lazy.python_c import call as pycall, pool as pypool
 
+pytestmark = pytest.mark.needs("torch")
+
 
 @dataclass
 class Case:

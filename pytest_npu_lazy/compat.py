@@ -1,0 +1,143 @@
+"""Every use of pytest's internals, in one place.
+
+An isolated test must look to pytest and its plugins exactly like an
+in-process one, and a few of the things that takes have no public API: the
+session's setup state, the capture manager's global capture, the base
+temporary directory, the terminal reporter's writer, the JUnit XML object and
+pytest's parsing of collection arguments. Nothing else in this package
+imports ``_pytest`` or touches a private attribute of a pytest object
+(test/plugin/test_compat.py checks that); where pytest has a public
+equivalent (``pytest.TestReport``, ``pytest.exit.Exception``,
+``config.get_terminal_writer()``), the package uses that instead.
+
+Each function says which pytest releases it was checked against (the
+plugin's tests on pytest 8.0.0 and 9.2.0; the ``pytest(oldest)`` and
+``pytest(newest)`` sessions of noxfile.py run the ends of the range
+pyproject.toml declares). A new
+pytest release that changes one of these fails those sessions here, not in
+every caller.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+#: the pytest releases the functions below were checked against
+CHECKED = ("8.0.0", "9.2.0")
+
+
+def teardown_exact(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Tear down the fixtures and nodes ``nextitem`` does not share, as ``runtestprotocol`` would.
+
+    An isolated test runs its own protocol in the child; the pytest process
+    still set up the session- and module-level nodes (through the collector
+    chain), so it must tear down what ``nextitem`` leaves. Public API has no
+    way to reach the session's ``SetupState``. Checked: pytest 8.0.0-9.2.0
+    (``Session._setupstate.teardown_exact(nextitem)``).
+    """
+    item.session._setupstate.teardown_exact(nextitem)
+
+
+def restart_global_capture(config: pytest.Config) -> list[int]:
+    """Stop the inherited global capture and start a fresh one of the same method; its (out, err) fds.
+
+    A forked child holds the pytest process's capture files: its output must
+    go to files of its own that the pytest process can read. pytest offers no
+    public way to replace the capture manager's global capture. Returns
+    ``[-1, -1]`` without global capture (``-s``), and ``-1`` for a stream
+    not captured by file descriptor. Checked: pytest 8.0.0-9.2.0
+    (``CaptureManager._global_capturing`` and ``_method``,
+    ``MultiCapture._state``, ``_pytest.capture._get_multicapture``,
+    ``FDCapture.tmpfile``).
+    """
+    from _pytest.capture import FDCapture, _get_multicapture
+
+    capman = config.pluginmanager.get_plugin("capturemanager")
+    if capman is None or capman._global_capturing is None:
+        return [-1, -1]
+    inherited = capman._global_capturing
+    if inherited._state != "stopped":
+        inherited.stop_capturing()
+    capturing = _get_multicapture(capman._method)
+    capturing.start_capturing()
+    capturing.suspend_capturing()
+    capman._global_capturing = capturing
+    return [c.tmpfile.fileno() if isinstance(c, FDCapture) else -1 for c in (capturing.out, capturing.err)]
+
+
+def session_basetemp(config: pytest.Config) -> str | None:
+    """The session's base temporary directory (created now, as on first ``tmp_path``), or None without tmpdir.
+
+    The ``tmp_path_factory`` fixture is the public way, but fixtures cannot
+    be requested from a hook. Checked: pytest 8.0.0-9.2.0
+    (``Config._tmp_path_factory``, set by the tmpdir plugin at configure).
+    """
+    factory = getattr(config, "_tmp_path_factory", None)
+    return None if factory is None else str(factory.getbasetemp())
+
+
+def adopt_basetemp(config: pytest.Config, basetemp: str | None) -> None:
+    """In a child: use the session's base temporary directory instead of choosing (and clearing) one.
+
+    Checked: pytest 8.0.0-9.2.0 (``TempPathFactory._basetemp``, which
+    ``getbasetemp()`` returns once set).
+    """
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is not None and basetemp is not None:
+        factory._basetemp = Path(basetemp)
+
+
+def redirect_terminal_writer(reporter: Any, file: Any) -> None:
+    """Make the terminal reporter write to ``file`` (a text file), keeping markup, highlighting and width.
+
+    A child's writes (live logs, ``--setup-show``, pytest-timeout's dump)
+    must reach the pytest process; the reporter's writer cannot be replaced
+    through public API, nor can ``TerminalWriter`` be imported from
+    ``pytest``. Checked: pytest 8.0.0-9.2.0 (``TerminalReporter._tw``,
+    ``_pytest._io.TerminalWriter``).
+    """
+    from _pytest._io import TerminalWriter
+
+    inherited = reporter._tw
+    writer = TerminalWriter(file)
+    writer.hasmarkup, writer.code_highlight = inherited.hasmarkup, inherited.code_highlight
+    writer.fullwidth = inherited.fullwidth
+    reporter._tw = writer
+
+
+def junit_xml(config: pytest.Config) -> Any:
+    """The ``--junitxml`` writer (``LogXML``) of this run, or None.
+
+    Isolated tests' ``record_xml_attribute`` and ``record_testsuite_property``
+    must reach it, and its node reporters are not public. Checked: pytest
+    8.0.0-9.2.0 (``_pytest.junitxml.xml_key``; ``LogXML.node_reporters_ordered``,
+    ``global_properties``, ``node_reporter()``, ``add_global_property()``).
+    """
+    from _pytest.junitxml import xml_key
+
+    return config.stash.get(xml_key, None)
+
+
+def patch_resolve_collection_argument(
+        make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Callable[[], None]:
+    """Replace pytest's parsing of collection arguments by ``make(original)``; returns the undo.
+
+    A node id is not always an argument pytest can parse back (a directory
+    ``case[1]``, a parametrization id with ``::``), so a child makes pytest
+    collect exactly the names it was sent. Checked: pytest 8.0.0-9.2.0
+    (``_pytest.main.resolve_collection_argument``: it returns a ``(path, names)``
+    tuple in 8.0.0 and a ``CollectionArgument`` dataclass with
+    ``parametrization`` in 9.2.0; the caller handles both shapes).
+    """
+    import _pytest.main as main
+
+    original = main.resolve_collection_argument
+    main.resolve_collection_argument = make(original)
+
+    def undo() -> None:
+        main.resolve_collection_argument = original
+
+    return undo
