@@ -36,7 +36,7 @@ if __package__ in (None, ""):  # python benchmarks/run.py
 
 REPO = Path(__file__).resolve().parent.parent
 
-from benchmarks import compile_trigger, forked_venv  # noqa: E402 - after the sys.path fix for `python benchmarks/run.py`
+from benchmarks import compile_trigger, forked_venv, module_zygotes  # noqa: E402 - after the sys.path fix for `python benchmarks/run.py`
 
 RESULTS = REPO / "benchmarks" / "results"
 SUBPROCESS_SUITE = "benchmarks/subprocess_suite"
@@ -54,6 +54,8 @@ TARGETS = {
     "suite_speedup": (">=", 10.0),
     "recorder_overhead_pct": ("<=", 5.0),
     "xdist_speedup": (">=", 1.6),
+    "module_trivial_ms": ("<=", module_zygotes.TARGET_TRIVIAL_MS),
+    "module_over_forked_worst": ("<=", module_zygotes.TARGET_RATIO),
 }
 
 
@@ -531,6 +533,12 @@ def judge(results: dict) -> dict:
         values["recorder_overhead_pct"] = results["recorder"]["overhead_pct"]
     if "speedup" in results.get("xdist", {}):
         values["xdist_speedup"] = results["xdist"]["speedup"]
+    rows = results.get("modules", {}).get("rows", {})
+    if rows:
+        trivial_ms = rows.get("trivial", {}).get("columns", {}).get("module", {}).get("marginal", {}).get("median_ms")
+        values["module_trivial_ms"] = trivial_ms
+        ratios = [row["module_over_forked"] for row in rows.values() if "module_over_forked" in row]
+        values["module_over_forked_worst"] = max(ratios) if ratios else None
     verdicts = {}
     for name, (op, target) in TARGETS.items():
         value = values.get(name)
@@ -644,6 +652,8 @@ def markdown(results: dict) -> str:
         out.append("")
     if results.get("compile_trigger"):
         out.extend(compile_trigger.markdown(results["compile_trigger"]))
+    if results.get("modules"):
+        out.extend(module_zygotes.markdown(results["modules"]))
     out.append("### Targets")
     out.append("")
     out.append("| figure | value | target | met |")
@@ -665,7 +675,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, help="runs of each cheap trivial variant, pooled (default 3)")
     parser.add_argument("--recorder-runs", type=int, help="fresh imports with and without the recorder (default 15)")
     parser.add_argument("--only", default="trivial,suite,recorder,compile_trigger",
-                        help="comma-separated parts: trivial, suite (with xdist), recorder, compile_trigger")
+                        help="comma-separated parts: trivial, suite (with xdist), recorder, compile_trigger, "
+                             "modules (isolation at fork cost: module zygotes against pytest-forked; not by default)")
     parser.add_argument("--compile-trigger", default=os.environ.get(compile_trigger.ENV),
                         help="torch_npu's test/dynamo/test_compile_trigger.py (from Ascend/pytorch), to time as it "
                              f"is and with its helper calling run_python (default: ${compile_trigger.ENV}; "
@@ -721,6 +732,8 @@ def main(argv: list[str] | None = None) -> int:
             results["recorder"] = bench_recorder(args, env)
         if "suite" in args.parts:
             results["suite"], results["xdist"] = bench_suite(args, env)
+        if "modules" in args.parts:
+            results["modules"] = module_zygotes.bench(args, env, work, run_pytest, per_test, forked_python, log)
         if "compile_trigger" in args.parts and args.compile_trigger:
             results["compile_trigger"] = compile_trigger.bench(
                 Path(args.compile_trigger).resolve(), env, work / "compile_trigger", run_pytest, log,

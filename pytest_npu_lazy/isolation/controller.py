@@ -154,7 +154,10 @@ class ChildRun:
             self._finish_with(f"npu_lazy: cannot start an isolated child: {exc}", error=True)
             return
         try:
-            send(self.child.channel, messages.Run(self.item.nodeid))
+            try:
+                send(self.child.channel, messages.Run(self.item.nodeid))
+            except OSError:
+                pass  # it died while collecting: what it sent, and its exit status, say how (read below)
             prepare_next()
             self._relay()
         except BaseException:

@@ -75,6 +75,8 @@ class ModuleZygotes:
         self.unusable: set[ModuleKey] = set()
         self.remaining: Counter[ModuleKey] = Counter()
         self.memory: dict[ModuleKey, int] = {}
+        #: module zygotes whose child runs a test now: stopping one would kill that test
+        self.busy: set[ModuleKey] = set()
         self.peak_bytes = 0
         self.started = 0
 
@@ -101,17 +103,22 @@ class ModuleZygotes:
         """After its collection: what it holds; stop the least recently used while over a limit."""
         self.memory[key] = private_bytes(pid)
         self.peak_bytes = max(self.peak_bytes, sum(self.memory.get(k, 0) for k in self.live))
-        while len(self.live) > 1 and (len(self.live) > self.limit
-                                      or sum(self.memory.get(k, 0) for k in self.live) > self.memory_limit):
-            oldest = next(iter(self.live))
-            if oldest == key:
+        while len(self.live) > self.limit or sum(self.memory.get(k, 0) for k in self.live) > self.memory_limit:
+            if not self._stop_oldest(keep=key):
                 break
-            self.close(oldest)
 
     def room_for_one(self) -> None:
         """Before starting one: stop the least recently used so the new one fits the count."""
-        while self.live and len(self.live) >= self.limit:
-            self.close(next(iter(self.live)))
+        while len(self.live) >= self.limit and self._stop_oldest():
+            pass
+
+    def _stop_oldest(self, keep: ModuleKey | None = None) -> bool:
+        """Stop the least recently used one that serves no running test; False when there is none."""
+        for key in self.live:
+            if key != keep and key not in self.busy:
+                self.close(key)
+                return True
+        return False
 
     def give_up(self, key: ModuleKey) -> None:
         """This module's tests collect in their own children from now on."""
@@ -120,6 +127,7 @@ class ModuleZygotes:
 
     def done_with(self, key: ModuleKey | None) -> None:
         """A test of ``key`` ended: after the last one its zygote goes."""
+        self.busy.discard(key)
         if key is None or not self.counting or key not in self.remaining:
             return
         self.remaining[key] -= 1

@@ -286,20 +286,24 @@ class ZygotePool:
         """A forked child that was sent ``item``'s Prepare (the Launcher contract of the controller)."""
         prepared = self._prepared.pop(item.nodeid, None)
         if prepared is not None and not prepared.zygote.dead:
+            if prepared.zygote.what:
+                self.modules.busy.add(module_key(item, settings))
             return prepared
         if prepared is not None:  # its zygote died (or was stopped) since: it went with it
             prepared.close()
         zygote = self._zygote_for(item, settings, wait=True)
         if zygote.error:
             raise ZygoteError(f"{settings.baseline.label} could not be prepared: {zygote.error}")
+        key = module_key(item, settings) if zygote.what else None
         try:
             child = zygote.take_child()
         except ZygoteError:
-            key = module_key(item, settings)
-            if zygote.what == "" or key is None:
+            if key is None:
                 raise
             self.modules.give_up(key)  # it refused to fork or died: this module's tests collect themselves
-            child = self._zygote(settings.baseline).take_child()
+            key, child = None, self._zygote(settings.baseline).take_child()
+        if key is not None:
+            self.modules.busy.add(key)
         send(child.channel, prepare_message(item, settings))
         return child
 
