@@ -65,6 +65,13 @@ class ModuleCollection:
         self.forked = 0
 
 
+def not_found(nodeid: str) -> str:
+    """Why a test the pytest process collected is not among its module's items here, as pytest says it."""
+    return (f"npu_lazy: pytest could not collect {nodeid!r} in the isolated child:\nnot found: {nodeid}\n"
+            "(its module, imported and collected again there, has no such test: a collection hook left it out, "
+            "or the module defines its tests differently on each import)")
+
+
 def serve_collected_child(channel: Channel, session: pytest.Session, module: ModuleCollection) -> None:
     """Entry point of a child forked from a module zygote: find the test among the module's items, run it."""
     first = module.forked == 0
@@ -88,6 +95,9 @@ def serve_collected_child(channel: Channel, session: pytest.Session, module: Mod
                 run.find(module.items)
             except TargetError as exc:
                 run.not_run(f"npu_lazy: {exc}", error=True)
+            else:
+                if run.item is None and not module.observer.collect_failures:
+                    run.not_run(not_found(run.nodeid), error=True)
         receive_run(channel, run.nodeid)
     except ProtocolError as exc:
         print(f"pytest-npu-lazy: a test child ends: {exc}", file=sys.stderr)

@@ -39,7 +39,7 @@ class ModuleKey:
 def module_key(item: pytest.Item, settings: TestSettings) -> ModuleKey | None:
     """The module zygote ``item`` runs from; None for an item outside a plain file (its own collection)."""
     target = Target.of(item)
-    if not target.names or "::" in target.argument:
+    if not target.names or "::" in target.argument or "[" in target.argument:  # pytest would parse those
         return None
     return ModuleKey(settings.baseline, target.argument, settings.block, settings.track)
 

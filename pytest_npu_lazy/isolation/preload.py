@@ -46,8 +46,11 @@ class _Output:
         self.file = tempfile.TemporaryFile()
 
     def read(self) -> str:
-        self.file.seek(0)
-        return self.file.read().decode("utf-8", "replace")
+        """Everything written, once: the file is closed after (a file left to the garbage collector is a
+        ResourceWarning, an error under ``-W error``, in every test forked later)."""
+        with self.file:
+            self.file.seek(0)
+            return self.file.read().decode("utf-8", "replace")
 
 
 @contextlib.contextmanager

@@ -98,3 +98,25 @@ def test_markdown_table_is_printed_and_written(quick_run):
     for heading in ("### 1.", "### 2.", "### 3.", "### 4.", "### Targets"):
         assert heading in written
     assert "python -m benchmarks --quick" in written
+
+
+def test_module_zygote_part_compares_the_four_ways(tmp_path):
+    """``--only modules``: every row has its columns, module zygotes and per-test collection pass alike."""
+    json_path = tmp_path / "modules.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST"))}
+    result = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "modules", "--json", str(json_path)],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    data = json.loads(json_path.read_text())
+    rows = data["modules"]["rows"]
+    assert set(rows) == {"trivial", "parametrized", "heavy_import", "dynamo"}, rows.keys()
+    for name, row in rows.items():
+        for column in ("per_test", "module"):
+            entry = row["columns"][column]
+            assert "error" not in entry, (name, column, entry.get("error"))
+            assert entry["outcomes"].get("passed") == entry["tests"], (name, column, entry["outcomes"])
+        assert row["columns"]["module"]["module_zygotes_seen"] >= 1, (name, row)
+    assert rows["parametrized"]["columns"]["per_test"]["subset"].startswith("first 3")
+    assert {"module_trivial_ms", "module_over_forked_worst"} <= set(data["targets"])
+    assert data["targets"]["module_trivial_ms"]["value"] > 0
+    assert "### Isolation at fork cost" in data["markdown"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from importlib.util import find_spec
 
+import pytest
+
 TITLES = """
 import json, os
 import pytest
@@ -18,24 +20,28 @@ def parent(pid):
 
 @pytest.mark.npu_lazy(preload=[])
 def test_names():
-    zygote = os.getppid()
-    root = parent(zygote)
-    print(json.dumps({role: {"comm": read(pid, "comm"), "cmdline": read(pid, "cmdline")}
-                      for role, pid in (("child", os.getpid()), ("zygote", zygote), ("root", root))}
-                     | {"environ": read(os.getpid(), "environ")}))
+    chain, pid = [], os.getpid()
+    while "npu-lazy" in read(pid, "comm"):  # up to the pytest process
+        chain.append({"comm": read(pid, "comm"), "cmdline": read(pid, "cmdline")})
+        pid = parent(pid)
+    print(json.dumps({"chain": chain, "environ": read(os.getpid(), "environ")}))
 """
 
 
-def test_zygotes_and_children_have_titles(run_pytest, pytester):
+@pytest.mark.parametrize("module_zygotes", ["4", "0"])
+def test_zygotes_and_children_have_titles(run_pytest, pytester, module_zygotes):
     pytester.makepyfile(test_titles=TITLES)
-    run = run_pytest()
+    run = run_pytest(f"--npu-lazy-module-zygotes={module_zygotes}")
     assert run.outcomes == {"test_titles.py::test_names": "passed"}, run.text()
     seen = json.loads(dict(map(tuple, run.report("test_names", "call")["sections"]))["Captured stdout call"])
-    assert [seen[role]["comm"] for role in ("child", "zygote", "root")] == \
-        ["npu-lazy child", "npu-lazy zygote", "npu-lazy root"], seen
+    roles = ["child", "module", "zygote", "root"] if module_zygotes != "0" else ["child", "zygote", "root"]
+    assert [process["comm"] for process in seen["chain"]] == [f"npu-lazy {role}" for role in roles], seen
     assert "NPU_LAZY_TEST_REPORTS=" in seen["environ"]  # the title did not take the environment's place
     if find_spec("setproctitle") is None:  # an optional dependency (CI installs it): only the short names
         return
-    assert seen["child"]["cmdline"].startswith("pytest-npu-lazy child: test_titles.py::test_names"), seen
-    assert seen["zygote"]["cmdline"].startswith("pytest-npu-lazy zygote: preload []"), seen
-    assert seen["root"]["cmdline"].startswith("pytest-npu-lazy root: forks a zygote per preload baseline"), seen
+    titles = dict(zip(roles, (process["cmdline"] for process in seen["chain"])))
+    assert titles["child"].startswith("pytest-npu-lazy child: test_titles.py::test_names"), seen
+    if "module" in titles:
+        assert titles["module"].startswith("pytest-npu-lazy module zygote: test_titles.py"), seen
+    assert titles["zygote"].startswith("pytest-npu-lazy zygote: preload []"), seen
+    assert titles["root"].startswith("pytest-npu-lazy root: forks a zygote per preload baseline"), seen
