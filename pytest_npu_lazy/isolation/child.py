@@ -256,14 +256,31 @@ def serve_child(channel: Channel, session: pytest.Session) -> None:
     so its collection is off the critical path; Run then starts the
     protocol at once.
     """
+    relay = become_forked_child(channel, session.config)
+
+    def ready(prepare: messages.Prepare) -> tuple[TestRun, bool]:
+        run = TestRun(relay, TestSettings.from_dict(prepare.settings), Target.from_dict(prepare.target), "fork")
+        return run, run.guarded(lambda: run.collect(session))
+
+    serve_test(channel, ready)
+
+
+def become_forked_child(channel: Channel, config: pytest.Config) -> ChildRelay:
+    """A fresh fork of a zygote becomes a spare test child: signals as in pytest, a title, a relay."""
     reset_signals()
     set_title("child", "spare, waiting for its test")
     RECORDER.reset_after_fork()
-    relay = become_test_process(channel, session.config)
+    return become_test_process(channel, config)
+
+
+def serve_test(channel: Channel, ready) -> None:
+    """A forked child's life once it is one: Prepare, ``ready(prepare)`` -> (run, go on?), Run, run, report.
+
+    A spare child usually gets Prepare while the test before it still runs,
+    so readying is off the critical path; Run then starts at once.
+    """
     try:
-        prepare = receive_prepare(channel)
-        run = TestRun(relay, TestSettings.from_dict(prepare.settings), Target.from_dict(prepare.target), "fork")
-        go_on = run.guarded(lambda: run.collect(session))
+        run, go_on = ready(receive_prepare(channel))
         receive_run(channel, run.nodeid)
     except ProtocolError as exc:
         print(f"pytest-npu-lazy: a test child ends: {exc}", file=sys.stderr)

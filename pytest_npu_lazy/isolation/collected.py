@@ -13,18 +13,15 @@ the import loaded, are in the test's report as they would have been.
 
 from __future__ import annotations
 
-import sys
 
 import pytest
 
 from ..probe import state as probe
-from ..probe.recorder import RECORDER
 from ..settings import TestSettings
-from .child import (ChildRelay, CollectionObserver, TestRun, apply_marker, become_test_process, leave_pytest_roles,
-                    receive_prepare, receive_run)
-from .inherit import adopt_basetemp, private_capture, reset_signals
-from .processes import set_title
-from .protocol import Channel, ChannelClosed, ProtocolError
+from .child import (ChildRelay, CollectionObserver, TestRun, apply_marker, become_forked_child, leave_pytest_roles,
+                    serve_test)
+from .inherit import adopt_basetemp, private_capture
+from .protocol import Channel
 from .target import Target, TargetError, collect_target
 
 
@@ -75,36 +72,26 @@ def not_found(nodeid: str) -> str:
 def serve_collected_child(channel: Channel, session: pytest.Session, module: ModuleCollection) -> None:
     """Entry point of a child forked from a module zygote: find the test among the module's items, run it."""
     first = module.forked == 0
-    reset_signals()
-    set_title("child", "spare, waiting for its test")
-    RECORDER.reset_after_fork()
-    relay: ChildRelay = become_test_process(channel, session.config)
+    relay: ChildRelay = become_forked_child(channel, session.config)
     relay.collect_failures[:] = module.observer.collect_failures
     relay.deselected[:] = module.observer.deselected
     if first:  # collection's warnings, once for the module as in-process
         for warning_message, when, nodeid, location in module.observer.warnings:
             relay.send_warning(warning_message, when, nodeid, location)
-    try:
-        prepare = receive_prepare(channel)
+
+    def ready(prepare) -> tuple[TestRun, bool]:
         run = TestRun(relay, TestSettings.from_dict(prepare.settings), Target.from_dict(prepare.target), "fork",
                       state=module.state)
         if module.problem is not None:
             run.not_run(module.problem, error=True)
+            return run, True
+        try:
+            run.find(module.items)
+        except TargetError as exc:
+            run.not_run(f"npu_lazy: {exc}", error=True)
         else:
-            try:
-                run.find(module.items)
-            except TargetError as exc:
-                run.not_run(f"npu_lazy: {exc}", error=True)
-            else:
-                if run.item is None and not module.observer.collect_failures:
-                    run.not_run(not_found(run.nodeid), error=True)
-        receive_run(channel, run.nodeid)
-    except ProtocolError as exc:
-        print(f"pytest-npu-lazy: a test child ends: {exc}", file=sys.stderr)
-        return
-    except ChannelClosed:
-        return  # a spare child that was never needed
-    run.guarded(run.execute)
-    run.finish()
-    sys.stdout.flush()
-    sys.stderr.flush()
+            if run.item is None and not module.observer.collect_failures:
+                run.not_run(not_found(run.nodeid), error=True)
+        return run, True
+
+    serve_test(channel, ready)

@@ -126,17 +126,21 @@ class ZygoteHandle:
             send(self.channel, messages.ForkChild())
             self.fork_requested = True
 
+    def _pump_until(self, done: Callable[[], bool], doing: str) -> None:
+        """Read this zygote's messages until ``done()``, or raise ZygoteError naming what it did not do in time."""
+        deadline = time.monotonic() + FORK_TIMEOUT
+        while not done():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ZygoteError(f"the zygote ({self.label}) did not {doing} within {FORK_TIMEOUT:.0f} s")
+            child = self._pump(remaining)
+            if child is not None:
+                self.spare = child
+
     def take_child(self) -> ChildHandle:
         if self.spare is None:
             self.request_fork()
-            deadline = time.monotonic() + FORK_TIMEOUT
-            while self.spare is None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ZygoteError(f"the zygote ({self.label}) did not fork within {FORK_TIMEOUT:.0f} s")
-                child = self._pump(remaining)
-                if child is not None:
-                    self.spare = child
+            self._pump_until(lambda: self.spare is not None, "fork")
         child, self.spare = self.spare, None
         self.request_fork()  # the next test's child is forked while this one runs
         return child
@@ -158,14 +162,7 @@ class ZygoteHandle:
     def start_module(self, start: messages.StartModuleZygote, what: str) -> "ZygoteHandle":
         """Ask this zygote to fork a module zygote; its handle (it may still be collecting)."""
         send(self.channel, start)
-        deadline = time.monotonic() + FORK_TIMEOUT
-        while start.key not in self.started:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ZygoteError(f"the zygote ({self.label}) did not start a {what} within {FORK_TIMEOUT:.0f} s")
-            child = self._pump(remaining)
-            if child is not None:
-                self.spare = child
+        self._pump_until(lambda: start.key in self.started, f"start a {what}")
         pid, fd = self.started.pop(start.key)
         return ZygoteHandle(self.baseline, pid, Channel(_socket_from_fd(fd)), what=what,
                             death_status=lambda: self.exit_status(pid, 5.0))

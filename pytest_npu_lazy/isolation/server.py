@@ -83,14 +83,7 @@ def serve_root(channel: Channel, session) -> None:
 
     def handle(message: messages.StartZygote) -> None:
         baseline = Baseline.from_dict(message.baseline)
-        ours, theirs = Channel.pair()
-        pid = os.fork()
-        if pid == 0:
-            run_forked(lambda: serve_zygote(theirs, session, baseline), close=[channel, ours])
-        theirs.close()
-        _WATCHER.add(pid)
-        send(channel, messages.ZygoteStarted(message.key, pid), fds=[ours.fileno()])
-        ours.close()
+        fork_server(channel, message.key, lambda theirs: serve_zygote(theirs, session, baseline))
 
     _serve(channel, messages.ROOT_ACCEPTS, handle)
 
@@ -107,14 +100,7 @@ def serve_zygote(channel: Channel, session, baseline: Baseline) -> None:
 
     def handle(message) -> None:
         if isinstance(message, messages.StartModuleZygote):
-            ours, theirs = Channel.pair()
-            pid = os.fork()
-            if pid == 0:
-                run_forked(lambda: serve_module_zygote(theirs, session, message), close=[channel, ours])
-            theirs.close()
-            _WATCHER.add(pid)
-            send(channel, messages.ZygoteStarted(message.key, pid), fds=[ours.fileno()])
-            ours.close()
+            fork_server(channel, message.key, lambda theirs: serve_module_zygote(theirs, session, message))
         else:
             fork_test_child(channel, lambda theirs: serve_child(theirs, session))
 
@@ -139,6 +125,18 @@ def serve_module_zygote(channel: Channel, session, start: messages.StartModuleZy
         module.forked += 1
 
     _serve(channel, messages.ZYGOTE_ACCEPTS, handle)
+
+
+def fork_server(channel: Channel, key: str, serve) -> None:
+    """Fork a zygote (or module zygote) that runs ``serve(its channel)``; hand the pytest process that channel."""
+    ours, theirs = Channel.pair()
+    pid = os.fork()
+    if pid == 0:
+        run_forked(lambda: serve(theirs), close=[channel, ours])
+    theirs.close()
+    _WATCHER.add(pid)
+    send(channel, messages.ZygoteStarted(key, pid), fds=[ours.fileno()])
+    ours.close()
 
 
 def fork_test_child(channel: Channel, serve) -> None:
