@@ -200,5 +200,6 @@ def matrix(session: nox.Session) -> None:
         session.error("no report to draw")
     env = {"PYTHONPATH": str(ROOT)}
     session.run(sys.executable, "-m", "pytest_npu_lazy.reports.matrix", *reports, env=env)
-    session.run(sys.executable, "-m", "pytest_npu_lazy.reports.matrix", *reports, "--markdown",
+    phases = [f"--phases={pattern}" for pattern in SETTINGS.get("matrix_phases", [])]
+    session.run(sys.executable, "-m", "pytest_npu_lazy.reports.matrix", *reports, "--markdown", *phases,
                 "-o", str(OUTPUT.with_suffix(".md")), env=env)
