@@ -40,6 +40,11 @@ WRAP_LOADS = {"torch._inductor": "torch._inductor.compiler_bisector",
 #: what waits for the first compiled call in every measured release: the registered "inductor" backend
 FIRST_CALL_LOADS = ("torch._dynamo.backends.inductor",)
 
+#: the Triton modules a first compiled call on CPU tensors loads (Inductor's C++ backend needs none): none
+#: where no CUDA device is visible; with one (measured on an H200, torch 2.11.0 with triton 3.6.0), Dynamo's
+#: tracing asks torch.utils._triton.has_triton_tensor_descriptor_host_tma(), which imports this one
+CPU_FIRST_CALL_TRITON = {False: frozenset(), True: frozenset({"triton.tools.tensor_descriptor"})}
+
 #: the modules whose import tries to import triton while the wrapper is created, measured with every
 #: ``import triton*`` refused (so each place that asks shows, not just the first): the module whose
 #: top-level code asked. Only the first, torch._dynamo.utils (``if has_triton_package(): import triton``),

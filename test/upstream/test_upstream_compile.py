@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from releases import FIRST_CALL_LOADS, WRAP_LOADS, triton_importable
+from releases import CPU_FIRST_CALL_TRITON, FIRST_CALL_LOADS, WRAP_LOADS, triton_importable
 
 pytestmark = pytest.mark.npu_lazy(preload=["torch"])
 
@@ -29,7 +29,6 @@ def test_first_compiled_call_on_cpu_matches_eager(npu_lazy, record_property):
     import torch
 
     fn = npu_lazy.compile(lambda x, y: torch.softmax(x @ y, dim=-1) + torch.sin(x).sum(), backend="inductor")
-    triton_at_wrap = len(npu_lazy.loaded("triton"))
     x, y = torch.randn(8, 16), torch.randn(16, 16)
     fn(x, y)  # phase first_call, compared with eager by the probe
     for module in FIRST_CALL_LOADS:
@@ -37,8 +36,10 @@ def test_first_compiled_call_on_cpu_matches_eager(npu_lazy, record_property):
     from torch._inductor import metrics
 
     assert metrics.generated_kernel_count >= 1, "the first call generated no Inductor kernel"
-    # Inductor's C++ backend needs no Triton: the first call on CPU loads no triton module of its own
-    assert len(npu_lazy.loaded("triton")) == triton_at_wrap, npu_lazy.modules("first_call")
+    # Inductor's C++ backend needs no Triton; what the first call on CPU loads of it depends on whether a CUDA
+    # device is visible (releases.CPU_FIRST_CALL_TRITON)
+    loaded = {name for name in npu_lazy.modules("first_call") if name == "triton" or name.startswith("triton.")}
+    assert loaded == CPU_FIRST_CALL_TRITON[torch.cuda.is_available()], loaded
     npu_lazy.assert_not_loaded("torch_npu")  # not even through a backend entry point
     record_property("kernels", metrics.generated_kernel_count)
 
