@@ -1,17 +1,26 @@
-"""The deferred-loading suite in every environment of matrix.toml, then the matrix: ``nox``.
+"""The deferred-loading suites in every environment of matrix.toml, then the matrix: ``nox``.
 
-One virtual environment per (torch, torch_npu) pair and Triton flavour of
-matrix.toml (or of the file named by ``NPU_LAZY_MATRIX``). Each runs
-``pytest -p npu_lazy test/dynamo --npu-lazy-json=<output>/<id>.json``; the
-``matrix`` session then draws ``<output>.md`` from the reports with
-``python -m pytest_npu_lazy.reports.matrix``. A failing guarantee is a result, not
-a broken run: only an environment that cannot be built or cannot run
-pytest fails its session.
+Two kinds of environment, one virtual environment each, from matrix.toml (or
+the file named by ``NPU_LAZY_MATRIX``):
+
+- ``env``: a (torch, torch_npu) pair and Triton flavour; runs test/dynamo
+  (torch_npu's guarantees) and test/upstream (stock PyTorch's, which
+  torch_npu relies on);
+- ``upstream``: a PyTorch release alone, PyPI's wheel with what it requires
+  (the CUDA build, its nvidia-* packages and Triton; it runs on CPU too);
+  runs test/upstream.
+
+Each writes ``<output>/<id>.json`` (``--npu-lazy-json``); the ``matrix``
+session then draws ``<output>.md`` from the reports with ``python -m
+pytest_npu_lazy.reports.matrix``. A failing guarantee is a result, not a broken
+run: only an environment that cannot be built or cannot run pytest fails
+its session.
 
     pip install nox
     nox                         # every environment, then the matrix
     nox -l                      # the environments
     nox -s "env(torch2.13.0-npu2.13.0-none)" -- -x    # one, with extra pytest arguments
+    nox -s "upstream(torch2.15.0)" matrix               # one PyTorch release, then the matrix
 
 The plugin's own tests against the oldest and the newest pytest that
 pyproject.toml declares (not run by a plain ``nox``):
@@ -39,7 +48,7 @@ ROOT = Path(__file__).resolve().parent
 CONFIG = Path(os.environ.get("NPU_LAZY_MATRIX", ROOT / "matrix.toml"))
 EXACT = re.compile(r"^\d+(\.\d+)*(\.post\d+)?(\+[a-z0-9.]+)?$")
 
-nox.options.sessions = ["env", "matrix"]
+nox.options.sessions = ["env", "upstream", "matrix"]
 nox.options.reuse_venv = "yes"
 
 
@@ -54,6 +63,30 @@ class Environment:
     @property
     def id(self) -> str:
         return f"torch{self.torch}-npu{self.torch_npu}-{self.flavour}"
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """A PyTorch release without torch_npu: PyPI's wheel and everything it requires."""
+
+    torch: str
+    pip_args: tuple[str, ...]
+    #: variables for its ``pip install`` only (e.g. ``PIP_CONSTRAINT = "/dev/null"`` where a constraint caps torch)
+    pip_env: tuple[tuple[str, str], ...]
+
+    @property
+    def id(self) -> str:
+        return f"torch{self.torch}"
+
+
+def _upstreams(path: Path, config: dict) -> list[Upstream]:
+    upstreams = []
+    for index, entry in enumerate(config.get("upstream", [])):
+        if not EXACT.match(str(entry.get("torch", ""))):
+            raise SystemExit(f"{path}: upstream {index + 1}: torch = {entry.get('torch')!r}: pin an exact version")
+        upstreams.append(Upstream(str(entry["torch"]), tuple(entry.get("pip_args", [])),
+                                  tuple((str(k), str(v)) for k, v in entry.get("pip_env", {}).items())))
+    return upstreams
 
 
 def _environments(path: Path) -> tuple[dict, list[Environment]]:
@@ -77,6 +110,8 @@ SETTINGS, ENVIRONMENTS = _environments(CONFIG)
 
 #: the ends of the range ``pytest`` has in pyproject.toml's dependencies; keep the two in step
 PYTEST_RELEASES = {"oldest": "9.1.1", "newest": "9.2.0"}
+with open(CONFIG, "rb") as _handle:
+    UPSTREAMS = _upstreams(CONFIG, tomllib.load(_handle))
 OUTPUT = ROOT / SETTINGS.get("output", "docs/matrix")
 
 CHECK_BUILD = """
@@ -96,7 +131,7 @@ print("torch", m.version("torch"), "torch_npu", m.version("torch-npu"))
 @nox.session(name="env")
 @nox.parametrize("environment", [nox.param(e, id=e.id) for e in ENVIRONMENTS])
 def env(session: nox.Session, environment: Environment) -> None:
-    """test/dynamo in one environment, with a JSON report."""
+    """test/dynamo and test/upstream in one (torch, torch_npu) environment, with a JSON report."""
     session.install(*environment.pip_args, f"torch=={environment.torch}", f"torch-npu=={environment.torch_npu}",
                     *environment.triton, *SETTINGS.get("test_requirements", []))
     session.install("-e", str(ROOT))
@@ -128,16 +163,43 @@ def pytest_release(session: nox.Session, release: str) -> None:
                 *(session.posargs or ["-n", "2", "test/plugin"]))
 
 
+CHECK_UPSTREAM = """
+import importlib.metadata as m, sys
+names = {(d.metadata["Name"] or "").lower().replace("_", "-") for d in m.distributions()}
+if "torch-npu" in names:
+    sys.exit("torch_npu came in: an upstream environment tests PyTorch alone")
+print("torch", m.version("torch"), "triton", m.version("triton") if "triton" in names else "absent")
+"""
+
+
+@nox.session(name="upstream")
+@nox.parametrize("release", [nox.param(u, id=u.id) for u in UPSTREAMS])
+def upstream(session: nox.Session, release: Upstream) -> None:
+    """test/upstream with one PyTorch release from PyPI, with a JSON report."""
+    # `===`: exactly this version, never a local build such as 2.13.0+cpu that a --find-links folder offers
+    session.install(*release.pip_args, f"torch==={release.torch}", *SETTINGS.get("upstream_requirements", []),
+                    env=dict(release.pip_env))
+    session.install("--no-deps", "-e", str(ROOT))  # its requirements are in upstream_requirements
+    session.run("python", "-c", CHECK_UPSTREAM)
+    report = OUTPUT / f"{release.id}.json"
+    report.unlink(missing_ok=True)
+    session.chdir(ROOT)
+    session.run("python", "-m", "pytest", *SETTINGS.get("upstream_pytest_args", ["-p", "npu_lazy", "test/upstream"]),
+                f"--npu-lazy-json={report}", *session.posargs, success_codes=[0, 1])
+
+
 @nox.session(venv_backend="none")
 def matrix(session: nox.Session) -> None:
     """The matrix of the reports the env sessions wrote (pytest_npu_lazy.reports.matrix needs only the standard library)."""
-    reports = [str(OUTPUT / f"{e.id}.json") for e in ENVIRONMENTS if (OUTPUT / f"{e.id}.json").exists()]
-    missing = [e.id for e in ENVIRONMENTS if not (OUTPUT / f"{e.id}.json").exists()]
+    ids = [e.id for e in ENVIRONMENTS] + [u.id for u in UPSTREAMS] + SETTINGS.get("extra_reports", [])
+    reports = [str(OUTPUT / f"{i}.json") for i in ids if (OUTPUT / f"{i}.json").exists()]
+    missing = [i for i in ids if not (OUTPUT / f"{i}.json").exists()]
     if missing:
         session.warn(f"no report from {', '.join(missing)}: run their env sessions")
     if not reports:
         session.error("no report to draw")
     env = {"PYTHONPATH": str(ROOT)}
     session.run(sys.executable, "-m", "pytest_npu_lazy.reports.matrix", *reports, env=env)
-    session.run(sys.executable, "-m", "pytest_npu_lazy.reports.matrix", *reports, "--markdown",
+    phases = [f"--phases={pattern}" for pattern in SETTINGS.get("matrix_phases", [])]
+    session.run(sys.executable, "-m", "pytest_npu_lazy.reports.matrix", *reports, "--markdown", *phases,
                 "-o", str(OUTPUT.with_suffix(".md")), env=env)

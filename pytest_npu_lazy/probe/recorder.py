@@ -20,6 +20,7 @@ import itertools
 import importlib._bootstrap as _bootstrap
 import os
 import sys
+import sysconfig
 import threading
 import time
 from dataclasses import dataclass, field
@@ -92,11 +93,18 @@ class ImportRecord:
         }
 
 
+#: the standard library's directory: its files are shown from there down, like installed packages
+_STDLIB = sysconfig.get_paths().get("stdlib", "") + os.sep
+
+
 def _short_path(filename: str) -> str:
-    """Show site-packages paths from the package down, as people read them."""
-    marker = os.sep + "site-packages" + os.sep
-    if marker in filename:
-        return filename.split(marker, 1)[1]
+    """Show installed packages' paths (site-packages, or Debian's dist-packages) and the standard library's
+    from the package down, as people read them, and naming no machine's directories."""
+    for marker in (os.sep + "site-packages" + os.sep, os.sep + "dist-packages" + os.sep):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    if _STDLIB != os.sep and filename.startswith(_STDLIB):
+        return filename[len(_STDLIB):]
     try:
         rel = os.path.relpath(filename)
     except ValueError:

@@ -6,6 +6,7 @@ without knowing whether it came from a real NPU or the CANN host stub.
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from dataclasses import asdict, dataclass
@@ -91,6 +92,19 @@ class Environment:
         return asdict(self)
 
 
+def nvidia_gpus() -> int:
+    """GPUs the NVIDIA driver lists and CUDA_VISIBLE_DEVICES leaves visible, without importing torch (which
+    would initialise CUDA in the pytest process, before zygotes fork)."""
+    try:
+        count = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        count = min(count, len([d for d in visible.split(",") if d.strip() and not d.strip().startswith("-")]))
+    return count
+
+
 def describe(cann: CannStatus, npu_checked: tuple[bool, str] | None = None) -> Environment:
     torch = distribution_version("torch")
     flavour, triton = triton_flavour()
@@ -102,7 +116,8 @@ def describe(cann: CannStatus, npu_checked: tuple[bool, str] | None = None) -> E
     elif cann.active == "emulate":
         device = f"npu (emulated {cann.version}: device paths run, kernels do not)"
     elif torch and "+cpu" not in torch:
-        device = "cuda if a GPU is visible, else cpu"
+        gpus = nvidia_gpus()
+        device = f"cuda ({gpus} NVIDIA GPU{'s' if gpus > 1 else ''} visible)" if gpus else "cpu (CUDA build, no GPU visible)"
     else:
         device = "cpu" + (" (no NPU: CANN host stub)" if cann.active == "stub" else "")
     return Environment(

@@ -1,11 +1,15 @@
 """Guarantees by environment: ``python -m pytest_npu_lazy.reports.matrix A.json B.json ... [--markdown | --html]``.
 
-Each input is a JSON report (``--npu-lazy-json``) of the same suite run in
-one environment (torch, torch_npu, Triton flavour, CANN). Rows are the
-tests (the guarantees), columns the environments, cells the outcome; a
-failure names the phase and the first link of the import chain that broke
-the guarantee. Inputs that cannot be compared are refused with the reason,
-exit status 2.
+Each input is a JSON report (``--npu-lazy-json``) of a suite run in one
+environment (torch, torch_npu, Triton flavour, CANN). Rows are the tests
+(the guarantees), columns the environments, cells the outcome; a failure
+names the phase and the first link of the import chain that broke the
+guarantee. Where the reports hold several suites (test directories, such
+as test/dynamo and test/upstream), each gets its own table with only the
+environments that ran it. ``--phases GLOB`` adds, for the tests matching
+GLOB, what each of their own phases loaded in each environment (module
+count and the watched modules). Inputs that cannot be compared are refused
+with the reason, exit status 2.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ import argparse
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
 from html import escape
 
 from .schema import ReportError, environment_label, load_report, write_text
@@ -100,14 +105,80 @@ def _totals(columns: list[Column]) -> list[str]:
     return totals
 
 
-def render_text(columns: list[Column]) -> str:
-    header, rows = table(columns)
-    lines = [f"[{i + 1}] {c.label}  ({c.path})" for i, c in enumerate(columns)] + [""]
-    short_header = [header[0]] + [f"[{i + 1}]" for i in range(len(columns))]
-    body = [short_header] + rows + [["total"] + _totals(columns)]
-    widths = [max(len(r[i]) for r in body) for i in range(len(short_header))]
-    for row in body:
-        lines.append("  ".join(value.ljust(width) for value, width in zip(row, widths)).rstrip())
+def suite_of(nodeid: str) -> str:
+    """A test's suite: the directory of its file (``test/upstream``), ``.`` at the rootdir."""
+    path = nodeid.split("::", 1)[0]
+    return path.rsplit("/", 1)[0] if "/" in path else "."
+
+
+def suites(columns: list[Column]) -> list[tuple[str, list[int], list[Column]]]:
+    """Per suite, in order of first appearance: the indices of the columns that ran it, and those columns
+    holding only its tests."""
+    order: list[str] = []
+    for column in columns:
+        order += [s for s in dict.fromkeys(suite_of(t["nodeid"]) for t in column.report["tests"]) if s not in order]
+    result = []
+    for suite in order:
+        indices, parts = [], []
+        for index, column in enumerate(columns):
+            tests = [t for t in column.report["tests"] if suite_of(t["nodeid"]) == suite]
+            if tests:
+                indices.append(index)
+                parts.append(replace(column, report={**column.report, "tests": tests}))
+        result.append((suite, indices, parts))
+    return result
+
+
+def phase_cell(phase: dict | None) -> str:
+    """What a phase loaded: its module count and each watched module's."""
+    if phase is None:
+        return NOT_RUN
+    watched = ", ".join(f"{w['pattern']} {w['count']}" for w in phase.get("watched", []))
+    return f"+{phase.get('module_count', 0)}" + (f": {watched}" if watched else "")
+
+
+def phase_table(columns: list[Column], patterns: list[str]) -> tuple[list[str], list[list[str]]]:
+    """Rows ``nodeid · phase`` for the tests matching ``patterns``, over their own phases (not the runner's:
+    collect, setup, test, teardown), cells from :func:`phase_cell`; only columns where such a phase ran."""
+    order: list[tuple[str, str]] = []
+    chosen, by_column = [], []
+    for column in columns:
+        phases = {}
+        for test in column.report["tests"]:
+            if _matches(test["nodeid"], patterns):
+                for phase in test.get("phases") or []:
+                    if phase.get("parent") is not None:
+                        phases[(test["nodeid"], phase["name"])] = phase
+        if phases:  # a column whose matching tests recorded no phase of their own has nothing to show
+            chosen.append(column)
+            by_column.append(phases)
+            order += [key for key in phases if key not in order]
+    header = ["test · phase"] + [c.label for c in chosen]
+    rows = [[f"{nodeid} · {name}"] + [phase_cell(p.get((nodeid, name))) for p in by_column] for nodeid, name in order]
+    return header, rows
+
+
+def _matches(nodeid: str, patterns: list[str]) -> bool:
+    return any(fnmatchcase(nodeid, pattern) for pattern in patterns)
+
+
+def _text_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    return ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in [header] + rows]
+
+
+def render_text(columns: list[Column], phases: list[str] = ()) -> str:
+    lines = [f"[{i + 1}] {c.label}  ({c.path})" for i, c in enumerate(columns)]
+    sections = suites(columns)
+    for suite, indices, parts in sections:
+        header, rows = table(parts)
+        lines += [""] + ([f"== {suite}"] if len(sections) > 1 else [])
+        lines += _text_table([header[0]] + [f"[{i + 1}]" for i in indices], rows + [["total"] + _totals(parts)])
+    if phases:
+        header, rows = phase_table(columns, list(phases))
+        labels = {c.label: i for i, c in enumerate(columns)}
+        lines += ["", "== modules by phase"]
+        lines += _text_table([header[0]] + [f"[{labels[h] + 1}]" for h in header[1:]], rows)
     return "\n".join(lines) + "\n"
 
 
@@ -115,12 +186,27 @@ def _md(value: str) -> str:
     return value.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def render_markdown(columns: list[Column]) -> str:
-    header, rows = table(columns)
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(_md(h) for h in header) + " |", "|" + " --- |" * len(header)]
-    lines += ["| " + " | ".join(_md(v) if i else f"`{_md(v)}`" for i, v in enumerate(row)) + " |" for row in rows]
-    lines.append("| total | " + " | ".join(_md(t) for t in _totals(columns)) + " |")
-    lines += ["", "Reports:", ""]
+    return lines + ["| " + " | ".join(_md(v) if i else f"`{_md(v)}`" for i, v in enumerate(row)) + " |"
+                    for row in rows]
+
+
+def render_markdown(columns: list[Column], phases: list[str] = ()) -> str:
+    sections = suites(columns)
+    lines: list[str] = []
+    for suite, _indices, parts in sections:
+        header, rows = table(parts)
+        if len(sections) > 1:
+            lines += [f"## {_md(suite)}", ""]
+        lines += _md_table(header, rows)
+        lines += ["| total | " + " | ".join(_md(t) for t in _totals(parts)) + " |", ""]
+    if phases:
+        header, rows = phase_table(columns, list(phases))
+        lines += ["## Modules by phase" if len(sections) > 1 else "Modules by phase:", "",
+                  "Each of a test's own phases: `+N` modules first loaded there, then the watched ones among them.",
+                  ""] + _md_table(header, rows) + [""]
+    lines += ["Reports:", ""]
     for column in columns:
         env = column.report["environment"]
         lines.append(f"- {_md(column.label)}: `{_md(os.path.basename(column.path))}`, Python {env.get('python')}, "
@@ -155,14 +241,19 @@ def main(argv: list[str] | None = None) -> int:
     form = parser.add_mutually_exclusive_group()
     form.add_argument("--markdown", action="store_true", help="write a Markdown table")
     form.add_argument("--html", action="store_true", help="write an HTML page")
+    parser.add_argument("--phases", action="append", default=[], metavar="GLOB",
+                        help="also show what each phase of the tests matching GLOB (a node id glob, such as "
+                             "'test/upstream/*') loaded; text and Markdown; repeatable")
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
     args = parser.parse_args(argv)
     try:
         columns = load_columns(args.reports)
     except ReportError as exc:
         parser.error(str(exc))
-    render = render_markdown if args.markdown else render_html if args.html else render_text
-    text = render(columns)
+    if args.html:
+        text = render_html(columns)
+    else:
+        text = (render_markdown if args.markdown else render_text)(columns, args.phases)
     if args.output:
         write_text(args.output, text)
     else:

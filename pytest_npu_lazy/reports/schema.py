@@ -35,7 +35,8 @@ class ReportError(ValueError):
 
 
 def environment_label(env: dict) -> str:
-    """torch / torch_npu / Triton flavour, and the CANN mode: what tells two environments apart."""
+    """torch / torch_npu / Triton flavour, and the CANN mode: what tells two environments apart; without
+    torch_npu (and CANN), torch / Triton flavour / device."""
     flavour = env.get("triton_flavour")
     if flavour == "absent":
         triton = "no triton"
@@ -45,6 +46,10 @@ def environment_label(env: dict) -> str:
     cann = env.get("cann_mode") or "?"
     if env.get("cann_version"):
         cann += f" {env['cann_version']}"
+    if env.get("torch_npu") is None and env.get("cann_mode") in ("off", "absent"):
+        # PyTorch alone (test/upstream): the device tells a CUDA run from a CPU run of one release
+        device = "cuda" if str(env.get("device", "")).startswith("cuda") else "cpu"
+        return f"torch {env.get('torch')} / {triton} / {device}"
     return f"torch {env.get('torch')} / torch_npu {env.get('torch_npu')} / {triton} / CANN {cann}"
 
 

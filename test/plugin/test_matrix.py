@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from pytest_npu_lazy.reports import matrix
-from pytest_npu_lazy.reports.schema import SCHEMA, SCHEMA_VERSION, result_entry
+from pytest_npu_lazy.reports.schema import SCHEMA, SCHEMA_VERSION, environment_label, result_entry
 
 
 def _env(flavour: str, triton: str | None) -> dict:
@@ -135,3 +135,81 @@ def test_runs_as_a_module(reports):
     bad = subprocess.run([sys.executable, "-m", "pytest_npu_lazy.reports.matrix", "nowhere.json"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "nowhere.json: no such file" in bad.stderr
+
+
+UP_IMPORT = "test/upstream/test_upstream_import.py::test_import_torch_defers_the_compiler_stack"
+UP_TRITON = "test/upstream/test_upstream_triton.py::test_wrapper_creation_does_not_load_triton"
+UP_CUDA = "test/upstream/test_upstream_compile.py::test_first_compiled_call_on_cuda_runs_a_triton_kernel"
+
+
+def _alone(torch: str, device: str) -> dict:
+    """The environment of PyTorch alone (test/upstream): no torch_npu, CANN off."""
+    return {"torch": torch, "torch_npu": None, "cann_mode": "off", "cann_version": None, "cann": "CANN: off",
+            "triton_flavour": "upstream", "triton": "3.6.0", "device": device, "python": "3.12.3",
+            "platform": "linux-x86_64"}
+
+
+def _wrap_phase(triton: int) -> dict:
+    watched = [{"pattern": "torch._dynamo", "count": 94}] + ([{"pattern": "triton", "count": triton}] if triton else [])
+    return {"name": "wrap", "parent": "test", "duration": 1.0, "module_count": 1450, "watched": watched}
+
+
+@pytest.fixture
+def suites(tmp_path, reports):
+    """The torch_npu report of test/dynamo and test/upstream, and PyTorch alone on CPU and on CUDA."""
+    npu = json.loads(reports["upstream"].read_text())
+    npu["tests"] += [result_entry(UP_IMPORT, "passed", 1.0), result_entry(UP_TRITON, "xfailed", 1.0)]
+    cpu = _report(_alone("2.11.0", "cpu (CUDA build, no GPU visible)"), [
+        result_entry(UP_IMPORT, "passed", 1.0), result_entry(UP_TRITON, "xfailed", 1.0),
+        result_entry(UP_CUDA, "skipped", 0.0, message="Skipped: needs a CUDA device")])
+    cuda = _report(_alone("2.11.0", "cuda (1 NVIDIA GPU visible)"), [
+        result_entry(UP_IMPORT, "passed", 1.0), result_entry(UP_TRITON, "failed", 1.0, message="[XPASS(strict)] ..."),
+        result_entry(UP_CUDA, "passed", 9.0)])
+    cpu["tests"][1]["phases"] = [_wrap_phase(70)]
+    cuda["tests"][1]["phases"] = [_wrap_phase(0), {"name": "setup", "parent": None, "duration": 0.0,
+                                                   "module_count": 3, "watched": []}]
+    paths = []
+    for name, data in (("npu", npu), ("cpu", cpu), ("cuda", cuda)):
+        paths.append(str(tmp_path / f"{name}.json"))
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    return paths
+
+
+def test_pytorch_alone_is_labelled_by_device():
+    assert environment_label(_alone("2.11.0", "cuda (1 NVIDIA GPU visible)")) == "torch 2.11.0 / triton 3.6.0 / cuda"
+    assert environment_label(_alone("2.11.0", "cpu (CUDA build, no GPU visible)")) == "torch 2.11.0 / triton 3.6.0 / cpu"
+    # with torch_npu the label stays what it was
+    assert environment_label(_env("absent", None)) == "torch 2.13.0+cpu / torch_npu 2.13.0 / no triton / CANN stub"
+
+
+def test_each_suite_gets_its_own_table_with_the_environments_that_ran_it(suites, tmp_path, capsys):
+    out = tmp_path / "m.md"
+    assert matrix.main([*suites, "--markdown", "-o", str(out)]) == 0
+    text = out.read_text()
+    dynamo, upstream = text.split("## test/dynamo\n", 1)[1].split("## test/upstream\n", 1)
+    assert dynamo.splitlines()[1].count("torch 2.11.0") == 0  # PyTorch alone never ran test/dynamo
+    assert f"| `{WRAP}` | FAIL: wrap: loaded torch_npu._inductor &lt;- torch_npu.utils._dynamo |" in dynamo
+    header = upstream.splitlines()[1]
+    assert header == ("| guarantee (test) | torch 2.13.0+cpu / torch_npu 2.13.0 / triton 3.7.1 / CANN stub "
+                      "| torch 2.11.0 / triton 3.6.0 / cpu | torch 2.11.0 / triton 3.6.0 / cuda |")
+    assert f"| `{UP_TRITON}` | xfail | xfail | FAIL: [XPASS(strict)] ... |" in upstream
+    assert f"| `{UP_CUDA}` | - | skip | pass |" in upstream
+    assert "| total | 1 pass, 1 xfail | 1 pass, 1 xfail, 1 skip | 2 pass, 1 FAIL |" in upstream
+    assert matrix.main(suites) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "== test/upstream" in lines
+    upstream_header = lines[lines.index("== test/upstream") + 1].split()
+    assert upstream_header[-3:] == ["[1]", "[2]", "[3]"]
+    assert lines[lines.index("== test/dynamo") + 1].split()[-1] == "[1]"
+
+
+def test_phases_table_shows_what_each_phase_loaded_per_environment(suites, tmp_path, capsys):
+    out = tmp_path / "m.md"
+    assert matrix.main([*suites, "--markdown", "--phases", "test/upstream/*triton*", "-o", str(out)]) == 0
+    text = out.read_text().split("## Modules by phase\n", 1)[1]
+    assert "| test · phase | torch 2.11.0 / triton 3.6.0 / cpu | torch 2.11.0 / triton 3.6.0 / cuda |" in text
+    assert (f"| `{UP_TRITON} · wrap` | +1450: torch._dynamo 94, triton 70 | +1450: torch._dynamo 94 |") in text
+    assert "· setup" not in text  # the runner's phases are not the test's
+    assert matrix.main([*suites, "--phases", "nothing/*"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2:] == ["== modules by phase", "test · phase"]
