@@ -101,18 +101,21 @@ class TestSettings:
     preload_source: str = "ini npu_lazy_preload"
     #: modules whose first load each phase explains (ini npu_lazy_watch), in-process and isolated alike
     watch: tuple[str, ...] = DEFAULT_WATCH
+    #: whether a report of this run reads every module of every phase (Resolver.list_modules)
+    list_modules: bool = True
 
     def to_dict(self) -> dict:
         """What an isolated child needs (it is isolated by definition): the inverse of :meth:`from_dict`."""
         return {"isolation": self.isolation, "baseline": self.baseline.to_dict(), "timeout": self.timeout,
                 "block": list(self.block), "track": list(self.track), "preload_source": self.preload_source,
-                "watch": list(self.watch)}
+                "watch": list(self.watch), "list_modules": self.list_modules}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TestSettings":
         return cls(isolated=True, isolation=data["isolation"], baseline=Baseline.from_dict(data["baseline"]),
                    timeout=data["timeout"], block=tuple(data["block"]), track=tuple(data["track"]),
-                   preload_source=data["preload_source"], watch=tuple(data["watch"]))
+                   preload_source=data["preload_source"], watch=tuple(data["watch"]),
+                   list_modules=data["list_modules"])
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -187,6 +190,7 @@ class Resolver:
         self.module_zygote_memory = _bytes("ini npu_lazy_module_zygote_memory",
                                            config.getini("npu_lazy_module_zygote_memory"))
         self.watch = tuple(config.getini("npu_lazy_watch"))
+        self.list_modules = self._list_modules()
         try:
             self.budget_growth = parse_growth(config.getini("npu_lazy_budget_growth"))
         except ValueError as exc:
@@ -212,6 +216,14 @@ class Resolver:
         if seconds < 0:
             raise pytest.UsageError(f"{source} = {value!r} is negative; use a positive number of seconds, or 0 for no limit.")
         return seconds or None
+
+    def _list_modules(self) -> bool:
+        """Every module of every phase goes home with each test only where a report reads them: the JSON's
+        module lists, the HTML view, the import budget (saved or checked) and ``-vv``'s terminal lines."""
+        option = self.config.option
+        return bool(getattr(option, "npu_lazy_json_modules", False) or getattr(option, "npu_lazy_html", None)
+                    or getattr(option, "npu_lazy_save_baseline", None) or getattr(option, "npu_lazy_baseline", None)
+                    or getattr(option, "verbose", 0) > 1)
 
     def _module_zygotes(self) -> int:
         value, source = self.config.getoption("npu_lazy_module_zygotes"), "--npu-lazy-module-zygotes"
@@ -273,6 +285,7 @@ class Resolver:
             track=tuple(options.get("track", ())),
             preload_source="marker" if "preload" in options else self.preload_source,
             watch=self.watch,
+            list_modules=self.list_modules,
         )
 
 

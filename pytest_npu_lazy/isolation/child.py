@@ -153,6 +153,7 @@ class TestRun:
             state = probe.new_state(nodeid, isolation, settings.baseline.label, settings.baseline.preload,
                                     preload_source=settings.preload_source)
         state.nodeid, state.preload_source, state.watch = nodeid, settings.preload_source, settings.watch
+        state.list_modules = settings.list_modules
         self.state = state
         self.state.listener = lambda phase: send(self.channel, messages.Phase(**phase))  # a crash still shows them
         self.state.replay_phases()  # a module zygote's collect phase, told to the pytest process now

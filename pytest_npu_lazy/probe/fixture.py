@@ -329,7 +329,7 @@ def probe_for(node, settings, isolate: str = "marked") -> Iterator[NpuLazy]:
     set_active_state(state)
     try:
         options = settings()
-        state.watch = options.watch
+        state.watch, state.list_modules = options.watch, options.list_modules
         state.blocker.block(*options.block)
         for target in options.track:
             state.tracker.track(target)

@@ -62,6 +62,9 @@ class ProbeState:
     attempts_before: int = 0
     #: modules whose loading a failing phase explains (ini npu_lazy_watch)
     watch: tuple[str, ...] = DEFAULT_WATCH
+    #: whether the summary lists every module of every phase, or only counts them (no report of the run
+    #: uses the lists: they are the largest part of a summary, sent home per test)
+    list_modules: bool = True
     #: (from, to) spans a spare child waited for its turn: no phase, and cut out of the time line
     idle: list[tuple[float, float]] = field(default_factory=list)
     _idle_since: float | None = None
@@ -211,7 +214,8 @@ class ProbeState:
             "phases": [
                 {"name": name, "parent": parent, "start": start, "duration": duration,
                  "module_count": len(by_phase.get(name, [])),
-                 "modules": [_module_entry(r, self.offset(r.started)) for r in by_phase.get(name, [])],
+                 "modules": [_module_entry(r, self.offset(r.started)) for r in by_phase.get(name, [])]
+                 if self.list_modules else [],
                  "watched": watched(by_phase.get(name, []))}
                 for name, parent, start, duration in spans
             ],

@@ -322,3 +322,14 @@ def test_violation_is_the_probes_data_not_the_failure_text(pytester, fake_heavy_
         assert tests["test_lookalikes.py::test_caught_then_failed"]["outcome"] == "failed"
         assert tests["test_lookalikes.py::test_caught_then_failed"]["violation"] is None
         assert tests["test_suite.py::test_expected_missing"]["violation"]["kind"] == "missing"
+
+
+@pytest.mark.parametrize("option", [None, "--npu-lazy-json-modules", "-vv"])
+def test_module_lists_go_home_only_where_a_report_reads_them(suite, run_pytest, option):
+    """A child's summary counts every phase's modules; it lists them only for the reports that use them."""
+    run = run_pytest(*([option] if option else []), "--npu-lazy-json=out/report.json", "-k", "test_import_ok")
+    summary = run.report("test_import_ok", "teardown")["npu_lazy"]
+    imported = next(p for p in summary["phases"] if p["name"] == "import")
+    assert imported["module_count"] == 3
+    names = sorted(m["name"] for m in imported["modules"])
+    assert names == ([] if option is None else ["heavy", "heavy.core", "heavy.helpers"]), summary
