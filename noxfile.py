@@ -109,7 +109,7 @@ def _environments(path: Path) -> tuple[dict, list[Environment]]:
 SETTINGS, ENVIRONMENTS = _environments(CONFIG)
 
 #: the ends of the range ``pytest`` has in pyproject.toml's dependencies; keep the two in step
-PYTEST_RELEASES = {"oldest": "9.1.1", "newest": "9.2.0"}
+PYTEST_RELEASES = {"oldest": "8.0.0", "newest": "9.2.0"}
 with open(CONFIG, "rb") as _handle:
     UPSTREAMS = _upstreams(CONFIG, tomllib.load(_handle))
 OUTPUT = ROOT / SETTINGS.get("output", "docs/matrix")

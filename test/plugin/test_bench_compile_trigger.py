@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from benchmarks.compile_trigger import RewriteError, rewrite
 
@@ -89,8 +90,11 @@ def test_quick_run_compares_per_test_outcomes(tmp_path):
     assert data["same_outcomes"] is True
     for variant in ("unchanged", "run_python"):
         entry = data["variants"][variant]
-        assert entry["outcomes"] == {"failed": 2, "passed": 3}, entry
-        assert ["call", "value=1", "failed"] in entry["per_test"]["Checks::test_matrix"], entry["per_test"]
+        if Version(pytest.__version__) >= Version("9"):  # pytest 9 reports unittest's subTests one by one
+            assert entry["outcomes"] == {"failed": 2, "passed": 3}, entry
+            assert ["call", "value=1", "failed"] in entry["per_test"]["Checks::test_matrix"], entry["per_test"]
+        else:  # pytest 8 reports the test that holds them
+            assert entry["outcomes"] == {"failed": 2, "passed": 1}, entry
         assert set(entry["spans_s"]) == {"Checks::test_passes", "Checks::test_fails", "Checks::test_matrix"}
     assert "| `Checks::test_fails` | failed | failed |" in done.stdout
     assert data["calls"] == 4  # one per plain test, one per subtest

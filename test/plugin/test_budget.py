@@ -6,6 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 
 import pytest
+from packaging.version import Version
 
 from pytest_npu_lazy.reports import budget
 
@@ -131,7 +132,8 @@ def test_gate_passes_then_fails_naming_the_test(gated, run_pytest, monkeypatch):
     text = over.text()
     assert "ERROR at teardown of test_imports" in text
     assert "OVER BUDGET test_gate.py::test_imports: import: new watched heavy.lazy; import: 4 modules (baseline 3)" in text
-    assert "ERROR test_gate.py::test_imports - npu_lazy import budget exceeded" in text
+    if Version(pytest.__version__) >= Version("9"):  # pytest 8 writes no message after an error's node id there
+        assert "ERROR test_gate.py::test_imports - npu_lazy import budget exceeded" in text
     case = next(c for c in ET.parse(gated.path / "junit.xml").getroot().iter("testcase") if c.get("name") == "test_imports")
     assert case.find("error") is not None
     props = {p.get("name"): p.get("value") for p in case.find("properties")}

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from packaging.version import Version
+
+PYTEST_9 = Version(pytest.__version__) >= Version("9")
+PYTEST_9_1 = Version(pytest.__version__) >= Version("9.1")
 
 from pytest_npu_lazy.reports.environment import triton_flavour
 
@@ -122,7 +126,10 @@ def test_zygote_death_is_not_prefixed_twice(run_pytest, pytester):
     run = run_pytest("-rE")
     assert run.outcomes == {"test_zygote.py::test_kills_its_zygote": "error"}, run.text()
     assert "ERROR: the zygote" not in run.text()
-    assert "ERROR test_zygote.py::test_kills_its_zygote - the zygote (pid" in run.text()
+    if PYTEST_9:  # pytest 8 writes no message after an error's node id in the short summary
+        assert "ERROR test_zygote.py::test_kills_its_zygote - the zygote (pid" in run.text()
+    failures = [r["longrepr"] for r in run.reports if r["outcome"] == "failed"]
+    assert any(text.startswith("the zygote (pid") for text in failures), failures
 
 
 def test_preload_loggers_do_not_flood_captured_logs(run_pytest, pytester):
@@ -155,6 +162,8 @@ def test_preload_loggers_do_not_flood_captured_logs(run_pytest, pytester):
     for name in ("test_preloaded", "test_in_process"):
         logs = dict(map(tuple, run.report(name, "call")["sections"])).get("Captured log call", "")
         assert "chatty debug record" not in logs, (name, logs)
+    if not PYTEST_9_1:  # older pytest captures only what reaches the root logger: this logger's records never do
+        return
     preloaded = dict(map(tuple, run.report("test_preloaded", "call")["sections"]))["Captured log call"]
     assert "chatty warning record" in preloaded  # at pytest's level records still arrive
     debug = run_pytest("--log-level=DEBUG", "-k", "preloaded")
