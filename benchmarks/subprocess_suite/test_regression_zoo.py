@@ -25,7 +25,7 @@ ZOO = {
 
 
 def _with_regression(name: str) -> str:
-    return (f"sys.path.insert(0, {str(DYNAMO)!r})\n"
+    return (f"sys.path[:0] = [{str(DYNAMO)!r}, {str(DYNAMO.parent)!r}]\n"  # regressions.py, and breakage.py it uses
             f"from regressions import REGRESSIONS\n"
             f"REGRESSIONS[{name!r}]()\n")
 

@@ -13,6 +13,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # facts and regressions, for the tests and the zoo
+sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))  # test/breakage.py, shared by both suites
 
 from regressions import ENV, REGRESSIONS  # noqa: E402
 

@@ -12,7 +12,8 @@ from importlib import metadata
 
 import pytest
 from facts import DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
-from regressions import duplicate_entry_point_registration, caught
+from breakage import caught
+from regressions import duplicate_entry_point_registration
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 

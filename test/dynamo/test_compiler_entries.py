@@ -14,7 +14,8 @@ import types
 
 import pytest
 from facts import DEFERRED, DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
-from regressions import mark_step_through_graph_trees, caught
+from breakage import caught
+from regressions import mark_step_through_graph_trees
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 

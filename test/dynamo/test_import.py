@@ -6,7 +6,8 @@ import sys
 
 import pytest
 from facts import DEFERRED, DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup, where_defined
-from regressions import generic_wrapper_patched_at_import, caught
+from breakage import caught
+from regressions import generic_wrapper_patched_at_import
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch"])]
 

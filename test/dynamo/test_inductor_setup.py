@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import pytest
 from facts import DEFERRED, DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup, where_defined
-from regressions import graph_tree_patches_at_dynamo_setup, caught
+from breakage import caught
+from regressions import graph_tree_patches_at_dynamo_setup
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 

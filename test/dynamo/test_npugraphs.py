@@ -13,7 +13,8 @@ import types
 
 import pytest
 from facts import DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
-from regressions import npugraphs_reset_imports_graph_trees, caught
+from breakage import caught
+from regressions import npugraphs_reset_imports_graph_trees
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 import regressions
-from regressions import caught
+from breakage import caught
 import test_first_call
 import test_import
 import test_triton

@@ -10,6 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))  # releases.py, for the tests
+sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))  # test/breakage.py, shared by both suites
 
 # As in test/dynamo: Inductor compiles in the test's own process, not in a pool of compile workers
 # (which would cost every first call a fresh interpreter importing torch, outside the process checked).

@@ -8,7 +8,8 @@ import pytest
 import test_upstream_compile
 import test_upstream_import
 import test_upstream_triton
-from releases import TRITON_ASKERS_AT_WRAP, AfterImport, caught, torch_line, triton_importable
+from breakage import AfterImport, caught
+from releases import TRITON_ASKERS_AT_WRAP, torch_line, triton_importable
 
 
 @pytest.mark.npu_lazy(preload=[], autoload=False)
