@@ -77,8 +77,6 @@ class ModuleZygotes:
         self.memory: dict[ModuleKey, int] = {}
         #: module zygotes whose child runs a test now: stopping one would kill that test
         self.busy: set[ModuleKey] = set()
-        self.peak_bytes = 0
-        self.started = 0
 
     @property
     def enabled(self) -> bool:
@@ -97,12 +95,10 @@ class ModuleZygotes:
 
     def add(self, key: ModuleKey, zygote) -> None:
         self.live[key] = zygote
-        self.started += 1
 
     def measured(self, key: ModuleKey, pid: int) -> None:
         """After its collection: what it holds; stop the least recently used while over a limit."""
         self.memory[key] = private_bytes(pid)
-        self.peak_bytes = max(self.peak_bytes, sum(self.memory.get(k, 0) for k in self.live))
         while len(self.live) > self.limit or sum(self.memory.get(k, 0) for k in self.live) > self.memory_limit:
             if not self._stop_oldest(keep=key):
                 break
