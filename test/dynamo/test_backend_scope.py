@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 import regressions
+from breakage import caught
 from facts import DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
 
 pytestmark = needs_deferred_setup
@@ -374,7 +375,7 @@ def test_shape_handling_backend_load_is_deferred_until_first_call(npu_lazy, back
 @pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
 def test_scope_that_keeps_the_variable_after_a_failed_entry_is_caught(npu_lazy, backend_env, monkeypatch):
     regressions.scope_entry_without_restore()
-    regressions.caught(test_npu_backend_scope_restores_env_after_entry_failure,
+    caught(test_npu_backend_scope_restores_env_after_entry_failure,
                        npu_lazy, backend_env, monkeypatch, "register_fails", None,
                        says=[f"{VAR} is 'mlir' after _NpuBackendScope('mlir').__enter__ failed (InjectedFailure) "
                              "(phase 'enter'), but it was unset before",
@@ -384,7 +385,7 @@ def test_scope_that_keeps_the_variable_after_a_failed_entry_is_caught(npu_lazy, 
 @pytest.mark.npu_lazy(preload=["torch"], track=[REGISTER, REGISTRY_REGISTER, SCOPE_ENTER, NPU_INIT])
 def test_options_validated_after_npu_registration_are_caught(npu_lazy, backend_env):
     regressions.register_before_option_validation()
-    regressions.caught(test_invalid_inductor_arguments_fail_without_npu_initialization,
+    caught(test_invalid_inductor_arguments_fail_without_npu_initialization,
                        npu_lazy, backend_env, "invalid_npu_option_type",
                        says=["'torch_npu._inductor' must not be loaded yet, but it was loaded during phase 'wrap-unset'",
                              "in register_before_option_validation.<locals>."])

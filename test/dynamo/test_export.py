@@ -12,6 +12,7 @@ import importlib.util
 
 import pytest
 import regressions
+from breakage import caught
 from facts import DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
 
 pytestmark = needs_deferred_setup
@@ -221,6 +222,6 @@ def test_npu_onnx_dynamo_export_initialization_chain(npu_lazy, case):
 @pytest.mark.npu_lazy(preload=["torch"], track=TRACKED)
 def test_export_running_the_inductor_setup_is_caught(npu_lazy):
     regressions.export_runs_inductor_setup()
-    regressions.caught(test_npu_export_public_entry_and_import_order_matrix, npu_lazy, "module_export", True,
+    caught(test_npu_export_public_entry_and_import_order_matrix, npu_lazy, "module_export", True,
                        says=["'torch_npu._inductor' must not be loaded yet, but it was loaded during phase 'export'",
                              "triggered at: torch_npu/utils/_dynamo.py", "in export_runs_inductor_setup.<locals>."])

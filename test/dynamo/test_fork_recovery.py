@@ -20,6 +20,7 @@ import traceback
 
 import pytest
 import regressions
+from breakage import caught
 from facts import needs_deferred_setup
 
 pytestmark = [needs_deferred_setup,
@@ -158,6 +159,6 @@ def test_public_lazy_setup_recovers_after_fork(npu_lazy, monkeypatch, setup, lim
 @pytest.mark.npu_lazy(preload=["torch", "torch_npu"], timeout=120)
 def test_lost_fork_reset_is_caught(npu_lazy, monkeypatch):
     regressions.run_once_without_fork_reset()
-    regressions.caught(test_public_lazy_setup_recovers_after_fork, npu_lazy, monkeypatch, "_lazy_dynamo_setup", 5.0,
+    caught(test_public_lazy_setup_recovers_after_fork, npu_lazy, monkeypatch, "_lazy_dynamo_setup", 5.0,
                        says=["did not finish its own _lazy_dynamo_setup within 5 s (phase 'fork')",
                              "it waited at torch_npu/utils/_dynamo.py:", "in wrapper"])

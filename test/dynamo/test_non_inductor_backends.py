@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import pytest
 import regressions
+from breakage import caught
 from facts import DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
 
 pytestmark = needs_deferred_setup
@@ -146,6 +147,6 @@ def test_non_inductor_backends_on_npu(npu_lazy, backend):
 @pytest.mark.npu_lazy(preload=["torch"], track=TRACKED)
 def test_eager_backend_running_the_inductor_setup_is_caught(npu_lazy):
     regressions.optimize_runs_inductor_setup()
-    regressions.caught(test_non_inductor_compile_backend_matrix, npu_lazy, "eager",
+    caught(test_non_inductor_compile_backend_matrix, npu_lazy, "eager",
                        says=["'torch_npu._inductor' must not be loaded yet, but it was loaded during phase 'wrap'",
                              "triggered at: torch_npu/utils/_dynamo.py", "in optimize_runs_inductor_setup.<locals>."])

@@ -20,6 +20,7 @@ import types
 
 import pytest
 import regressions
+from breakage import caught
 from facts import DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup, torch_npu_version
 
 pytestmark = needs_deferred_setup
@@ -298,7 +299,7 @@ def test_npu_device_interface_counts_devices(npu_lazy):
 @pytest.mark.npu_lazy(preload=["torch"])
 def test_has_triton_ignoring_the_npu_interface_is_caught(npu_lazy, monkeypatch):
     regressions.has_triton_ignores_npu()
-    regressions.caught(test_has_triton_preserves_target_device_semantics, npu_lazy, monkeypatch,
+    caught(test_has_triton_preserves_target_device_semantics, npu_lazy, monkeypatch,
                        says=["has_triton(include_cpu=False) is False with ['npu'] available (phase 'npu'), "
                              "expected True",
                              "has_triton is regressions.has_triton_ignores_npu.<locals>.upstream_devices_only."
@@ -308,7 +309,7 @@ def test_has_triton_ignoring_the_npu_interface_is_caught(npu_lazy, monkeypatch):
 @pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
 def test_dropped_dynamo_patch_is_caught(npu_lazy):
     regressions.builtin_variable_patch_dropped()
-    regressions.caught(test_dynamo_patch_inventory_is_preserved, npu_lazy,
+    caught(test_dynamo_patch_inventory_is_preserved, npu_lazy,
                        says=["after phases 'dynamo' and 'again', torch_npu's Dynamo patches are missing",
                              "BuiltinVariable.call_id: expected the patch of torch_npu.utils._dynamo."
                              "patch_builtin_variable, found torch._dynamo.variables.builtin.BuiltinVariable.call_id "
