@@ -135,6 +135,24 @@ def apply_marker(state: probe.ProbeState, settings: TestSettings) -> str | None:
     return None
 
 
+def collect_in_phase(state: probe.ProbeState, settings: TestSettings, session: pytest.Session,
+                     target: Target) -> tuple[list[pytest.Item], str | None]:
+    """The collect phase of a test child or a module zygote: the marker, then pytest's collection of ``target``.
+
+    Returns the items and, when the test cannot run, why (the text of its error report).
+    """
+    state.runner_phase("collect")
+    items: list[pytest.Item] = []
+    problem = apply_marker(state, settings)
+    if problem is None:
+        try:
+            items = collect_target(session, target)
+        except TargetError as exc:
+            problem = f"npu_lazy: {exc}"
+    state.end_runner_phase()
+    return items, problem
+
+
 class TestRun:
     """One isolated test inside the child process."""
 
@@ -174,12 +192,14 @@ class TestRun:
 
     def collect(self, session: pytest.Session) -> None:
         """Prepare and collect the test: in a spare child, while the previous test still runs."""
-        if self.prepare():
-            try:
-                self.find(collect_target(session, self.target))
-            except TargetError as exc:
-                self.not_run(f"npu_lazy: {exc}", error=True)
-        self.state.end_runner_phase()
+        items, problem = collect_in_phase(self.state, self.settings, session, self.target)
+        if problem is not None:
+            self.not_run(problem, error=True)
+            return
+        try:
+            self.find(items)
+        except TargetError as exc:
+            self.not_run(f"npu_lazy: {exc}", error=True)
 
     def find(self, items: list[pytest.Item]) -> None:
         """Take the target from what the child collected, deselected ones included: the pytest process

@@ -18,11 +18,11 @@ import pytest
 
 from ..probe import state as probe
 from ..settings import TestSettings
-from .child import (ChildRelay, CollectionObserver, TestRun, apply_marker, become_forked_child, leave_pytest_roles,
-                    serve_test)
+from .child import (ChildRelay, CollectionObserver, TestRun, become_forked_child, collect_in_phase,
+                    leave_pytest_roles, serve_test)
 from .inherit import adopt_basetemp, private_capture
 from .protocol import Channel
-from .target import Target, TargetError, collect_target
+from .target import Target, TargetError
 
 
 class WarningKeeper(CollectionObserver):
@@ -49,15 +49,8 @@ class ModuleCollection:
         self.state = probe.new_state(target.nodeid, "fork", settings.baseline.label, settings.baseline.preload,
                                      preload_source=settings.preload_source)
         probe.set_active_state(self.state)
-        self.items: list[pytest.Item] = []
-        self.state.runner_phase("collect")
-        self.problem = apply_marker(self.state, settings)  # the text of every test's error when not None
-        if self.problem is None:
-            try:
-                self.items = collect_target(session, target)
-            except TargetError as exc:
-                self.problem = f"npu_lazy: {exc}"
-        self.state.end_runner_phase()
+        #: ``problem``: the text of every test's error when not None
+        self.items, self.problem = collect_in_phase(self.state, settings, session, target)
         config.pluginmanager.unregister(self.observer)
         self.forked = 0
 
