@@ -60,9 +60,12 @@ def _activate_cann(config: pytest.Config) -> None:
     from .cann import CannError, activate
 
     try:
-        config.stash[_CANN_KEY] = activate(cann_mode(config))
+        status = config.stash[_CANN_KEY] = activate(cann_mode(config))
     except CannError as exc:
         raise pytest.UsageError(f"pytest-npu-lazy: {exc}") from None
+    from .probe.device_calls import DEVICE_CALLS
+
+    DEVICE_CALLS.start(lambda: RECORDER.phase, status.active)  # zygotes and children inherit it
 
 
 def pytest_configure(config: pytest.Config) -> None:

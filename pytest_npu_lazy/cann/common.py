@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 from importlib import metadata
+from pathlib import Path
 
 MODES = ("auto", "real", "stub", "emulate", "off")
 
-# Bump whenever the analysis or the generated C changes: it is part of every cache key.
-GENERATOR_VERSION = "1"
+# The device-call recorder every stub and the emulation link against (DT_NEEDED), built first.
+RECORDER_SOURCE = Path(__file__).with_name("device_calls.c")
+RECORDER_SONAME = "libnpu_lazy_device_calls.so"
+
+# Bump whenever the analysis or the generated C changes: it is part of every cache key, and so
+# is the recorder's source, which every library of a build links against.
+GENERATOR_VERSION = "2." + hashlib.sha256(RECORDER_SOURCE.read_bytes()).hexdigest()[:8]
 
 # ACL_ERROR_RT_NO_DEVICE from CANN's public rt_error_codes.h: the honest answer of every stub.
 NO_DEVICE_ERROR = 207004

@@ -8,7 +8,14 @@
  * stderr and returns an error that torch_npu raises. Calls that are neither emulated nor
  * refused fail with ACL_ERROR_RT_FEATURE_NOT_SUPPORT through npu_lazy_emulation_unsupported().
  *
- * Every call reports "[pid N]: name -> result" when the trace variable is set: "1" writes to
+ * Once a call is refused the device is lost, as a real one is after an AI Core error: every
+ * later synchronisation, copy, fill, launch and operator execution fails with the first
+ * refusal's message, so no buffer a refused kernel should have written is ever read back as
+ * if it had run (torch_npu skips later operators without calling CANN at all, so the copy
+ * back is where a wrong value would otherwise escape).
+ *
+ * Every call is reported to the device-call recorder (device_calls.c), and
+ * reports "[pid N]: name -> result" when the trace variable is set: "1" writes to
  * stderr, a path starting with "/" appends to that file (one write per line, so processes can
  * share it, and the pid tells them apart).
  *
@@ -52,6 +59,8 @@ enum {
 
 enum { MEMCPY_HOST_TO_HOST, MEMCPY_HOST_TO_DEVICE, MEMCPY_DEVICE_TO_HOST, MEMCPY_DEVICE_TO_DEVICE, MEMCPY_DEFAULT };
 
+void npu_lazy_device_call(const char *name, long result); /* device_calls.c, in DT_NEEDED */
+
 const char npu_lazy_emulation_marker[] EXPORT = "pytest-npu-lazy emulated NPU " NPU_LAZY_SOC_NAME;
 
 /* ------------------------------------------------------------------------ trace and errors */
@@ -90,6 +99,7 @@ static void trace(const char *name, const char *result)
 
 static aclError done(const char *name, aclError result)
 {
+    npu_lazy_device_call(name, result);
     char text[24];
     snprintf(text, sizeof text, "%d", result);
     trace(name, text);
@@ -102,6 +112,7 @@ static __thread char last_message[512];
 EXPORT const char *aclGetRecentErrMsg(void)
 {
     static __thread char handed_out[512];
+    npu_lazy_device_call("aclGetRecentErrMsg", 0);
     if (last_message[0] == '\0') {
         trace("aclGetRecentErrMsg", "(none)");
         return NULL;
@@ -118,14 +129,24 @@ static aclError reject(const char *name, aclError result, const char *why)
     return done(name, result);
 }
 
-/* A call that needs the device to compute: one clear line on stderr, always, and an error. */
+/* The first refusal's message once the device is lost; empty while it works. */
+static char lost_reason[512];
+static pthread_mutex_t lost_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A call that needs the device to compute: one clear line on stderr, always, and an error.
+ * The first one loses the device for the rest of the process (see lost()). */
 EXPORT long npu_lazy_emulation_refuse(const char *name, const char *what)
 {
-    char line[512];
+    char line[1024];
+    npu_lazy_device_call(name, ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT);
     snprintf(last_message, sizeof last_message,
              "the emulated NPU (" NPU_LAZY_SOC_NAME ") cannot run kernels: %s (%s) needs a real Ascend "
              "device; only device discovery, initialisation, streams, events and memory are emulated "
              "(pytest-npu-lazy --npu-lazy-cann=emulate)", name, what);
+    pthread_mutex_lock(&lost_lock);
+    if (lost_reason[0] == '\0')
+        memcpy(lost_reason, last_message, sizeof lost_reason);
+    pthread_mutex_unlock(&lost_lock);
     snprintf(line, sizeof line, "pytest-npu-lazy: %s\n", last_message);
     write_line(2, line);
     if (trace_fd() > 2) {
@@ -140,10 +161,34 @@ EXPORT long npu_lazy_emulation_refuse(const char *name, const char *what)
  * count) and leaves the thread's error message alone, so a refusal's message survives. */
 EXPORT long npu_lazy_emulation_unsupported(const char *name, long result)
 {
+    npu_lazy_device_call(name, result);
     char text[48];
     snprintf(text, sizeof text, "%ld (not emulated)", result);
     trace(name, text);
     return result;
+}
+
+/* Whether the device is lost; if so, this call fails with the first refusal's message, as every
+ * call that needs the device does on a real NPU after a kernel error, until the process ends. */
+static int lost(const char *name, aclError *result)
+{
+    char reason[512];
+    pthread_mutex_lock(&lost_lock);
+    memcpy(reason, lost_reason, sizeof reason);
+    pthread_mutex_unlock(&lost_lock);
+    if (reason[0] == '\0')
+        return 0;
+    char line[1024];
+    snprintf(last_message, sizeof last_message, "the emulated NPU is lost since an earlier refused call, so %s fails "
+             "too (a real device is lost the same way after a kernel error); the first refusal: %.300s", name, reason);
+    static int said; /* on stderr once: the message also reaches torch_npu's error through aclGetRecentErrMsg */
+    if (!said) {
+        said = 1;
+        snprintf(line, sizeof line, "pytest-npu-lazy: %s\n", last_message);
+        write_line(2, line);
+    }
+    *result = done(name, ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT);
+    return 1;
 }
 
 /* ------------------------------------------------------------------------ state */
@@ -282,16 +327,26 @@ EXPORT aclError aclrtResetDevice(int32_t device)
     return done("aclrtResetDevice", ACL_SUCCESS);
 }
 
-EXPORT aclError aclrtSynchronizeDevice(void) { return done("aclrtSynchronizeDevice", ACL_SUCCESS); }
+EXPORT aclError aclrtSynchronizeDevice(void)
+{
+    aclError result;
+    if (lost("aclrtSynchronizeDevice", &result))
+        return result;
+    return done("aclrtSynchronizeDevice", ACL_SUCCESS);
+}
 
 EXPORT aclError aclrtSynchronizeDeviceWithTimeout(int32_t timeout)
 {
     (void)timeout;
+    aclError result;
+    if (lost("aclrtSynchronizeDeviceWithTimeout", &result))
+        return result;
     return done("aclrtSynchronizeDeviceWithTimeout", ACL_SUCCESS);
 }
 
 EXPORT const char *aclrtGetSocName(void)
 {
+    npu_lazy_device_call("aclrtGetSocName", 0);
     trace("aclrtGetSocName", NPU_LAZY_SOC_NAME);
     return NPU_LAZY_SOC_NAME;
 }
@@ -447,8 +502,19 @@ EXPORT aclError aclrtDestroyStreamForce(aclrtStream stream) { return destroy_str
             return reject(#name, ACL_ERROR_RT_INVALID_HANDLE, "not a stream"); \
         return done(#name, ACL_SUCCESS); \
     }
-STREAM_CALL(aclrtSynchronizeStream, (aclrtStream stream), stream)
-STREAM_CALL(aclrtSynchronizeStreamWithTimeout, (aclrtStream stream, int32_t timeout), stream)
+/* Waiting on a stream of a lost device fails, as on a real one. */
+#define SYNC_CALL(name, params, stream_arg) \
+    EXPORT aclError name params \
+    { \
+        aclError result; \
+        if (!valid_stream(stream_arg)) \
+            return reject(#name, ACL_ERROR_RT_INVALID_HANDLE, "not a stream"); \
+        if (lost(#name, &result)) \
+            return result; \
+        return done(#name, ACL_SUCCESS); \
+    }
+SYNC_CALL(aclrtSynchronizeStream, (aclrtStream stream), stream)
+SYNC_CALL(aclrtSynchronizeStreamWithTimeout, (aclrtStream stream, int32_t timeout), stream)
 STREAM_CALL(aclrtSetStreamFailureMode, (aclrtStream stream, uint64_t mode), stream)
 STREAM_CALL(aclrtSetStreamOverflowSwitch, (aclrtStream stream, uint32_t flag), stream)
 
@@ -536,6 +602,9 @@ EXPORT aclError aclrtSynchronizeEvent(aclrtEvent event)
 {
     if (!valid_event(event))
         return reject("aclrtSynchronizeEvent", ACL_ERROR_RT_INVALID_HANDLE, "not an event");
+    aclError result;
+    if (lost("aclrtSynchronizeEvent", &result))
+        return result;
     return done("aclrtSynchronizeEvent", ACL_SUCCESS);
 }
 
@@ -661,6 +730,9 @@ static int on_device(const void *pointer, size_t count)
 
 static aclError copy(const char *name, void *dst, size_t dst_max, const void *src, size_t count, int kind)
 {
+    aclError result;
+    if (kind != MEMCPY_HOST_TO_HOST && lost(name, &result))
+        return result;
     if ((dst == NULL || src == NULL) && count > 0)
         return reject(name, ACL_ERROR_INVALID_PARAM, "NULL address");
     if (count > dst_max)
@@ -690,6 +762,9 @@ EXPORT aclError aclrtMemcpyAsync(void *dst, size_t dst_max, const void *src, siz
 
 static aclError fill(const char *name, void *pointer, size_t max_count, int32_t value, size_t count)
 {
+    aclError result;
+    if (lost(name, &result))
+        return result;
     if (pointer == NULL || count > max_count)
         return reject(name, ACL_ERROR_INVALID_PARAM, "NULL address or count larger than maxCount");
     memset(pointer, value, count);
@@ -738,6 +813,7 @@ EXPORT size_t aclGetCompileoptSize(int option)
     pthread_mutex_unlock(&lock);
     char text[24];
     snprintf(text, sizeof text, "%zu", size);
+    npu_lazy_device_call("aclGetCompileoptSize", (long)size);
     trace("aclGetCompileoptSize", text);
     return size;
 }

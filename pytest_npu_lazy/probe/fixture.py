@@ -10,6 +10,8 @@ passing or failing by accident.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
+import linecache
 import os
 import sys
 import warnings
@@ -28,7 +30,8 @@ VIOLATION_ATTRIBUTE = "npu_lazy_violation"
 def broken_guarantee(text: str, violation: dict) -> AssertionError:
     """The AssertionError a person reads, carrying the same violation as data for the reports.
 
-    ``violation``: ``{"kind": "loaded" | "missing", "module", "phase", "chain"}``
+    ``violation``: ``{"kind": "loaded" | "missing" | "device_call", "module", "phase", "chain"}`` (for a
+    device call, ``module`` is the call's name and ``chain`` the call and the Python line behind it)
     (docs/reports.md). The plugin copies it onto the report of the phase it
     fails, so it travels from a child with pytest's own report serialisation
     and no report code ever reads the text back.
@@ -85,6 +88,13 @@ def _assert_same(actual, expected, tolerances: dict, phase: str) -> None:
         torch.testing.assert_close(actual, expected, **tolerances)
     except AssertionError as exc:
         raise AssertionError(f"npu_lazy: the compiled output of {phase!r} differs from eager:\n{exc}") from None
+
+
+def _source_line(call) -> str:
+    if call.line is None:
+        return ""
+    source = linecache.getline(call.line.filename, call.line.lineno).strip()
+    return f"\n      {source}" if source else ""
 
 
 class NpuLazy:
@@ -192,6 +202,51 @@ class NpuLazy:
         """Modules first loaded in ``phase``."""
         return sorted(r.name for r in self._state.recorder.in_phase(phase)
                       if r.status in ("loaded", "untracked"))
+
+    # -- device calls -------------------------------------------------------
+    def device_calls(self, phase: str | None = None) -> list[str]:
+        """The ACL / HCCL / runtime calls this test made, in order: in ``phase``, or in every phase.
+
+        Skips the test, saying why, where calls cannot be recorded (real CANN, no stub loaded):
+        never an empty list that would read as "no calls".
+        """
+        return [call.name for call in self._recorded_device_calls(phase)]
+
+    def assert_no_device_calls(self, *patterns: str, phase: str | None = None) -> None:
+        """Fail if a device call matching a pattern (fnmatch: ``"aclInit"``, ``"aclrt*"``) was made, in
+        ``phase`` or in any phase of this test, naming the call, its phase and the Python line behind it."""
+        __tracebackhide__ = True
+        if not patterns or not all(isinstance(p, str) and p for p in patterns):
+            raise ProbeUsageError("name at least one device call or fnmatch pattern, e.g. "
+                                  "npu_lazy.assert_no_device_calls('aclInit', 'aclrtSetDevice').")
+        calls = self._recorded_device_calls(phase)
+        problems, violation = [], None
+        for pattern in patterns:
+            hits = [call for call in calls if fnmatch.fnmatchcase(call.name, pattern)]
+            if not hits:
+                continue
+            first = hits[0]
+            more = f"\n  and {len(hits) - 1} more call(s) matching {pattern!r}" if len(hits) > 1 else ""
+            problems.append(f"device call {first.name!r} must not be made, but it was made during phase "
+                            f"{first.phase!r}\n  called at: {first.where()}{_source_line(first)}{more}")
+            violation = violation or {"kind": "device_call", "module": first.name, "phase": first.phase,
+                                      "chain": [first.name, first.where()]}
+        if problems:
+            raise broken_guarantee("npu_lazy: " + "\n\nnpu_lazy: ".join(problems), violation)
+
+    def _recorded_device_calls(self, phase: str | None):
+        __tracebackhide__ = True
+        import pytest
+
+        unavailable = self._state.device_log.unavailable
+        if unavailable is not None:
+            pytest.skip(f"npu_lazy: {unavailable}")
+        calls = self._state.device_calls()
+        if phase is not None:
+            if phase not in self.phases and not any(call.phase == phase for call in calls):
+                raise ProbeUsageError(f"no phase {phase!r} in this test; phases so far: {self.phases}.")
+            calls = [call for call in calls if call.phase == phase]
+        return calls
 
     # -- functions ----------------------------------------------------------
     def ran(self, target: str) -> bool:

@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 
 from . import inductor_cache
 from .blocking import ModuleBlocker
+from .device_calls import DEVICE_CALLS, DeviceCall, DeviceCallLog, place_in_phases, summarise
 from ..errors import ProbeUsageError
 from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder, matches
 from ..reports.schema import DEFAULT_WATCH
@@ -72,6 +73,9 @@ class ProbeState:
     listener: Callable[[dict], None] | None = None
     #: Inductor's cache counters when the test started: cold and warm runs load different modules
     cache_counters: dict[str, int] = field(default_factory=inductor_cache.snapshot)
+    #: the process's device-call log, and how many of its calls came before this test
+    device_log: DeviceCallLog = DEVICE_CALLS
+    device_calls_before: int = 0
 
     def __post_init__(self) -> None:
         if self.tracker is None:
@@ -204,7 +208,12 @@ class ProbeState:
                 })
             return found
 
+        device_calls = self._device_call_summary()
+        spans += [(name, None, spans[-1][2] if spans else 0.0, 0.0) for name in device_calls
+                  if name not in {span[0] for span in spans}]
         return {
+            "device_calls_unavailable": self.device_log.unavailable,
+            "device_calls_dropped": self.device_log.dropped,
             "isolation": self.isolation,
             "baseline": self.baseline_label,
             "preload": list(self.preload),
@@ -216,10 +225,24 @@ class ProbeState:
                  "module_count": len(by_phase.get(name, [])),
                  "modules": [_module_entry(r, self.offset(r.started)) for r in by_phase.get(name, [])]
                  if self.list_modules else [],
-                 "watched": watched(by_phase.get(name, []))}
+                 "watched": watched(by_phase.get(name, [])),
+                 "device_calls": device_calls.get(name, [])}
                 for name, parent, start, duration in spans
             ],
         }
+
+    # -- device calls -------------------------------------------------------
+    def device_calls(self) -> list[DeviceCall]:
+        """This test's device calls in order, each in its phase (calls made without the GIL placed by time)."""
+        log = self.device_log
+        log.take_queued()
+        epoch = self.recorder._epoch
+        spans = [(span.name, self.offset(span.started), None if span.ended is None else self.offset(span.ended))
+                 for span in self.phases]
+        return place_in_phases(log.calls[self.device_calls_before:], spans, lambda stamp: self.offset(stamp - epoch))
+
+    def _device_call_summary(self) -> dict[str, list[dict]]:
+        return summarise(self.device_calls()) if self.device_log.unavailable is None else {}
 
     # -- provenance -------------------------------------------------------
     def in_baseline(self, record: ImportRecord) -> bool:
@@ -278,10 +301,11 @@ def new_state(nodeid: str, isolation: str, baseline_label: str, preload=(), reco
     if not recorder.installed:
         recorder.install()
     recorder.sweep()
+    DEVICE_CALLS.take_queued()
     return ProbeState(recorder=recorder, nodeid=nodeid, baseline_cutoff=recorder._now(),
                       isolation=isolation, baseline_label=baseline_label, preload=tuple(preload),
                       attempts_before=len(recorder.attempts), preload_source=preload_source,
-                      in_process_reason=in_process_reason)
+                      in_process_reason=in_process_reason, device_calls_before=len(DEVICE_CALLS.calls))
 
 
 _ACTIVE: ProbeState | None = None

@@ -48,7 +48,7 @@ def cell(test: dict | None) -> str:
             chain = violation.get("chain") or [violation["module"]]
             names = [link.split(" (", 1)[0] for link in chain]  # the table shows modules, not code locations
             link = f"{names[0]} <- {names[1]}" if len(names) > 1 else names[0]
-            verb = "loaded" if violation.get("kind") == "loaded" else "not loaded"
+            verb = {"loaded": "loaded", "device_call": "called"}.get(violation.get("kind"), "not loaded")
             text += f": {violation['phase']}: {verb} {link}"
         elif test.get("budget"):
             problem = test["budget"][0]

@@ -343,7 +343,8 @@ def summary_lines(entry: dict, verbosity: int = 0, line_width: int = 120) -> lis
     def marks(phase: dict) -> str:
         text = ""
         if violation.get("phase") == phase["name"]:
-            verb = "must not be loaded" if violation["kind"] == "loaded" else "was not loaded"
+            verb = {"loaded": "must not be loaded", "device_call": "must not be called"}.get(violation["kind"],
+                                                                                             "was not loaded")
             text += f"  << VIOLATION: {violation['module']} {verb}"
         if phase["name"] in over:
             text += "  << OVER BUDGET"

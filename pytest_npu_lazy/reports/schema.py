@@ -62,6 +62,7 @@ def phase_entry(phase: dict, with_modules: bool) -> dict:
         "duration": phase["duration"],
         "module_count": phase.get("module_count", len(phase.get("modules", []))),
         "watched": phase.get("watched", []),
+        "device_calls": phase.get("device_calls", []),
         "unfinished": bool(phase.get("unfinished", False)),
     }
     if with_modules:
@@ -88,6 +89,8 @@ def result_entry(nodeid: str, outcome: str, duration: float, *, message: str | N
         "baseline": summary.get("baseline"),
         "preload": summary.get("preload", []),
         "blocked": summary.get("blocked", []),
+        "device_calls_unavailable": summary.get("device_calls_unavailable"),
+        "device_calls_dropped": summary.get("device_calls_dropped", 0),
         "phases": [phase_entry(p, with_modules) for p in summary.get("phases", [])],
     }
 

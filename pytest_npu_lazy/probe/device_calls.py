@@ -1,0 +1,187 @@
+"""Device calls as evidence: every ACL / HCCL / runtime call a process makes, with its phase and Python line.
+
+The CANN host stub and the emulated NPU report each call they answer to a small C recorder
+(``cann/device_calls.c``) that every stub library lists in DT_NEEDED. This module sets its
+listener through ctypes. A call from a thread that holds the GIL arrives here at once, so
+it gets the phase in force and the Python line behind it: the innermost frame outside
+torch_npu (and outside this plugin), plus the innermost torch_npu frame. A call from a thread
+without the GIL (torch_npu's task queue, a C++ worker) is queued in C with its time and placed
+in a phase by that time when the log is read: its Python line is unknown, and it says so.
+
+Under real CANN nothing records: :attr:`DeviceCallLog.unavailable` says why, and the fixture
+skips instead of answering with an empty list. Nothing here imports torch or torch_npu.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from .recorder import CodeLocation, _is_machinery, _location
+
+_LISTENER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_long, ctypes.c_double)
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # pytest_npu_lazy/
+
+
+class _QueuedCall(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("result", ctypes.c_long), ("stamp", ctypes.c_double),
+                ("thread", ctypes.c_long)]
+
+
+@dataclass(frozen=True)
+class DeviceCall:
+    """One CANN call: its name, what it returned, when, and the Python code behind it."""
+
+    name: str
+    result: int
+    stamp: float  # time.perf_counter() seconds
+    phase: str | None  # None for a queued call until it is placed by time
+    line: CodeLocation | None  # innermost frame outside torch_npu and this plugin
+    torch_npu_line: CodeLocation | None  # innermost torch_npu frame
+    thread: str = "python"  # "python"; for a call made without the GIL, the thread that made it
+
+    def where(self) -> str:
+        if self.line is None:
+            return f"no Python line (made on {self.thread}: Python cannot be read then)"
+        via = f" via {self.torch_npu_line}" if self.torch_npu_line is not None else ""
+        return f"{self.line}{via}"
+
+
+def _torch_npu_dir() -> str | None:
+    module = sys.modules.get("torch_npu")
+    path = getattr(module, "__file__", None)
+    return os.path.dirname(os.path.abspath(path)) + os.sep if path else None
+
+
+def _lines(frame) -> tuple[CodeLocation | None, CodeLocation | None]:
+    """(innermost frame outside torch_npu and this plugin's probe, innermost torch_npu frame)."""
+    package = _torch_npu_dir()
+    inside = None
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if package and filename.startswith(package):
+            inside = inside or _location(frame)
+        elif not filename.startswith(_HERE) and not _is_machinery(filename):
+            return _location(frame), inside
+        frame = frame.f_back
+    return None, inside
+
+
+class DeviceCallLog:
+    """The process's device calls in order; one instance per process, inherited by forks."""
+
+    def __init__(self) -> None:
+        self.calls: list[DeviceCall] = []
+        self.phase_of: Callable[[], str] = lambda: "?"
+        self._library: ctypes.CDLL | None = None
+        self._listener = _LISTENER_TYPE(self._on_call)  # kept alive: C holds a pointer to it
+        self.unavailable: str | None = "device calls are not recorded: recording was never started"
+
+    # -- recording ------------------------------------------------------------
+    def start(self, phase_of: Callable[[], str], cann_mode: str | None) -> None:
+        """Record from now on, if the stub or the emulation is loaded; else say why not in ``unavailable``."""
+        self.phase_of = phase_of
+        if self._library is not None:
+            return
+        try:
+            library = ctypes.CDLL(None)
+            setter = library.npu_lazy_set_device_call_listener
+        except (OSError, AttributeError):
+            self.unavailable = _why_unavailable(cann_mode)
+            return
+        setter.argtypes = [_LISTENER_TYPE]
+        setter.restype = None
+        library.npu_lazy_take_queued_device_calls.restype = ctypes.c_size_t
+        library.npu_lazy_take_queued_device_calls.argtypes = [ctypes.POINTER(_QueuedCall), ctypes.c_size_t]
+        library.npu_lazy_dropped_device_calls.restype = ctypes.c_size_t
+        setter(self._listener)
+        self._library = library
+        self.unavailable = None
+        import atexit
+
+        atexit.register(self.stop)  # torch_npu's C++ teardown calls CANN after Python is gone
+
+    def stop(self) -> None:
+        if self._library is not None:
+            self._library.npu_lazy_set_device_call_listener(_LISTENER_TYPE())
+            self._library = None
+            self.unavailable = "device calls are not recorded: recording was stopped"
+
+    def _on_call(self, name: bytes, result: int, stamp: float) -> None:
+        """Called from C with the GIL held; must never raise (ctypes would only print it)."""
+        try:
+            line, torch_npu_line = _lines(sys._getframe(1))
+            call = DeviceCall(name.decode(errors="replace"), int(result), stamp, self.phase_of(), line,
+                              torch_npu_line)
+            self.calls.append(call)
+        except BaseException:  # noqa: BLE001 - a recorder must not break the call it records
+            pass
+
+    # -- reading ----------------------------------------------------------------
+    def take_queued(self) -> None:
+        """Move calls made without the GIL into the log, in time order (their phase is placed later)."""
+        if self._library is None:
+            return
+        buffer = (_QueuedCall * 4096)()
+        while True:
+            count = self._library.npu_lazy_take_queued_device_calls(buffer, len(buffer))
+            names = {thread.native_id: thread.name for thread in threading.enumerate()}
+            for item in buffer[:count]:
+                thread = (f"Python thread {names[item.thread]!r} while the GIL was released" if item.thread in names
+                          else f"native thread {item.thread}")
+                self.calls.append(DeviceCall(item.name.decode(errors="replace"), int(item.result), item.stamp,
+                                             None, None, None, thread=thread))
+            if count < len(buffer):
+                break
+        self.calls.sort(key=lambda call: call.stamp)
+
+    @property
+    def dropped(self) -> int:
+        return int(self._library.npu_lazy_dropped_device_calls()) if self._library is not None else 0
+
+
+def _why_unavailable(cann_mode: str | None) -> str:
+    if cann_mode == "real":
+        return ("device calls are not recorded under --npu-lazy-cann=real: real CANN has no call hook here; "
+                "use --npu-lazy-cann=stub or emulate to record them")
+    if cann_mode in (None, "off", "absent"):
+        return ("device calls are not recorded: no CANN host stub or emulated NPU is loaded in this process "
+                "(--npu-lazy-cann=stub or emulate records them)")
+    return (f"device calls are not recorded: the CANN libraries loaded under --npu-lazy-cann={cann_mode} have no "
+            "device-call recorder (a stub cache from an older pytest-npu-lazy? delete it to rebuild)")
+
+
+def place_in_phases(calls: Iterable[DeviceCall], spans: list[tuple[str, float, float | None]],
+                    to_offset: Callable[[float], float]) -> list[DeviceCall]:
+    """Give each queued call (phase None) the innermost phase whose time span holds it."""
+    placed = []
+    for call in calls:
+        if call.phase is None:
+            at = to_offset(call.stamp)
+            holding = [name for name, start, end in spans if start <= at and (end is None or at <= end)]
+            call = DeviceCall(call.name, call.result, call.stamp, holding[-1] if holding else "(between phases)",
+                              None, None, call.thread)
+        placed.append(call)
+    return placed
+
+
+def summarise(calls: list[DeviceCall]) -> dict[str, list[dict]]:
+    """Per phase, runs of the same call from the same line as one entry with a count: plain data for reports."""
+    by_phase: dict[str, list[dict]] = {}
+    for call in calls:
+        entries = by_phase.setdefault(call.phase or "?", [])
+        where = call.where()
+        last = entries[-1] if entries else None
+        if last is not None and last["name"] == call.name and last["result"] == call.result and last["where"] == where:
+            last["count"] += 1
+        else:
+            entries.append({"name": call.name, "result": call.result, "where": where, "count": 1})
+    return by_phase
+
+
+#: The process-wide log: started by the plugin where a CANN stub or emulation is loaded, inherited by forks.
+DEVICE_CALLS = DeviceCallLog()
