@@ -66,6 +66,10 @@ def _activate_cann(config: pytest.Config) -> None:
     from .probe.device_calls import DEVICE_CALLS
 
     DEVICE_CALLS.start(lambda: RECORDER.phase, status.active)  # zygotes and children inherit it
+    if status.active == "emulate":
+        from .cann import triton_driver
+
+        RECORDER.on_load("triton.backends", triton_driver.install)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -59,7 +59,8 @@ class CannStatus:
         if self.active == "stub":
             return f"CANN: host stub - no NPU device ({counts}; {self.stub_dir})"
         if self.active == "emulate":
-            return f"CANN: emulated NPU ({self.version}) - device paths run, kernels do not ({counts}; {self.stub_dir})"
+            return (f"CANN: emulated NPU ({self.version}) - device paths run, kernels do not ({counts}; {self.stub_dir}); "
+                    "its Triton driver answers target and core counts, compiles and launches nothing")
         if self.active == "real":
             return f"CANN: {self.version or 'version unknown'} ({self.location})"
         if self.active == "off":

@@ -130,6 +130,7 @@ class DeviceCallLog:
         while True:
             count = self._library.npu_lazy_take_queued_device_calls(buffer, len(buffer))
             names = {thread.native_id: thread.name for thread in threading.enumerate()}
+            names[threading.get_native_id()] = threading.current_thread().name  # a fork's main thread: a new id
             for item in buffer[:count]:
                 thread = (f"Python thread {names[item.thread]!r} while the GIL was released" if item.thread in names
                           else f"native thread {item.thread}")

@@ -248,6 +248,13 @@ class NpuLazy:
             calls = [call for call in calls if call.phase == phase]
         return calls
 
+    def record(self, name: str, text: str) -> None:
+        """Keep ``text`` under ``name`` in this test's report (JSON ``records``): a generated kernel's
+        source, the call a first compiled call stopped at. The test's own evidence, sent home with it."""
+        if not isinstance(name, str) or not name or not isinstance(text, str):
+            raise ProbeUsageError(f"npu_lazy.record(name, text) takes two strings, got {name!r}, {type(text).__name__}.")
+        self._state.records[name] = text
+
     # -- functions ----------------------------------------------------------
     def ran(self, target: str) -> bool:
         """Whether ``"pkg.mod:function"`` ran, without importing ``pkg.mod``."""

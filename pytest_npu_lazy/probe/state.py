@@ -76,6 +76,8 @@ class ProbeState:
     #: the process's device-call log, and how many of its calls came before this test
     device_log: DeviceCallLog = DEVICE_CALLS
     device_calls_before: int = 0
+    #: what the test recorded for its report with npu_lazy.record (a generated kernel's source, a boundary)
+    records: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.tracker is None:
@@ -214,6 +216,7 @@ class ProbeState:
         return {
             "device_calls_unavailable": self.device_log.unavailable,
             "device_calls_dropped": self.device_log.dropped,
+            "records": dict(self.records),
             "isolation": self.isolation,
             "baseline": self.baseline_label,
             "preload": list(self.preload),

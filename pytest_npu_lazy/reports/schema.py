@@ -91,6 +91,7 @@ def result_entry(nodeid: str, outcome: str, duration: float, *, message: str | N
         "blocked": summary.get("blocked", []),
         "device_calls_unavailable": summary.get("device_calls_unavailable"),
         "device_calls_dropped": summary.get("device_calls_dropped", 0),
+        "records": summary.get("records", {}),
         "phases": [phase_entry(p, with_modules) for p in summary.get("phases", [])],
     }
 

@@ -166,3 +166,24 @@ def where_defined(obj) -> str:
             parts = parts[parts.index(anchor) + 1:]
             break
     return f"{'/'.join(parts[-3:])}:{code.co_firstlineno} in {name}"
+
+
+def npu_kernel_boundary(interpreted: bool = False) -> str | None:
+    """Where a first compiled call on ``npu`` tensors stops in this environment, as its error says it; None
+    where the kernel can run (a real NPU). Read from the installed files, never by trying.
+
+    On the emulated NPU no kernel runs. torch_npu's generated kernel modules import ``extension`` from
+    ``torch_npu._inductor.runtime.triton_helpers``, which defines it only from ``tl.extra.cann``: a
+    Triton without ``triton/language/extra/cann`` (triton-ascend 3.2.0, PyPI's) fails that import before
+    compiling or interpreting anything. Past it, the emulated NPU's Triton driver refuses every launch.
+    """
+    from pytest_npu_lazy.cann.common import ENV_MODE
+
+    if os.environ.get(ENV_MODE) != "emulate":
+        return None
+    helpers = _package_file("torch_npu", "_inductor", "runtime", "triton_helpers.py")
+    if helpers is not None and _package_file("triton", "language", "extra", "cann") is None:
+        with open(helpers, encoding="utf-8") as handle:
+            if "tl.extra.cann.extension" in handle.read():
+                return "cannot import name 'extension' from 'torch_npu._inductor.runtime.triton_helpers'"
+    return "cannot run kernels"
