@@ -49,6 +49,8 @@ summary.row > .name::before { content: "\\25B8\\00A0"; color: #888; }
 details[open] > summary.row > .name::before { content: "\\25BE\\00A0"; }
 .leaf > .row > .name::before { content: "\\00A0\\00A0\\00A0"; }
 .chain { font-family: monospace; font-size: 12px; color: #555; margin: .1em 0 .1em 2em; }
+.calls { font-family: monospace; font-size: 12px; margin: .1em 0 .3em 2em; }
+.calls li.violation { color: #cf222e; font-weight: 600; }
 """
 
 _PAGE = """<!DOCTYPE html>
@@ -124,6 +126,9 @@ def _phase(phase: dict, total: float, watch: list[str], violation: dict | None, 
     classes = "phase violation" if bad else "phase"
     badges = "".join(f'<span class="badge">{escape(w["module"])} ({w["count"]})</span>'
                      for w in phase.get("watched", []))
+    calls = phase.get("device_calls", [])
+    if calls:
+        badges += f'<span class="badge">{sum(c["count"] for c in calls)} device calls</span>'
     if bad:
         badges += f'<span class="badge bad">violation: {escape(bad)}</span>'
     row = (f'<span class="name">{escape(phase["name"])}{badges}</span>'
@@ -135,7 +140,21 @@ def _phase(phase: dict, total: float, watch: list[str], violation: dict | None, 
     roots, children = _tree(phase.get("modules", []))
     body = "".join(_module(m, children, 0, phase, watch, bad, expand) for m in roots)
     return (f'<details class="{classes}"{_open(expand)} data-phase="{escape(phase["name"])}">'
-            f'<summary class="row">{row}</summary>{chains}<div class="modules">{body}</div></details>')
+            f'<summary class="row">{row}</summary>{chains}{_device_calls(calls, bad)}'
+            f'<div class="modules">{body}</div></details>')
+
+
+def _device_calls(calls: list[dict], bad: str | None) -> str:
+    """The phase's ACL / HCCL calls in order (runs of one call from one line counted), each with its line."""
+    if not calls:
+        return ""
+    items = []
+    for call in calls:
+        times = f" x{call['count']}" if call["count"] > 1 else ""
+        kind = "violation" if call["name"] == bad else "call"
+        items.append(f'<li class="{kind}" data-call="{escape(call["name"])}">{escape(call["name"])}{times} &rarr; '
+                     f'{call["result"]} &nbsp;<span class="where">{escape(call["where"])}</span></li>')
+    return '<details class="calls"><summary>device calls</summary><ol>' + "".join(items) + "</ol></details>"
 
 
 def _test(test: dict, watch: list[str], expand: bool) -> str:

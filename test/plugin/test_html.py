@@ -135,6 +135,24 @@ def test_page_structure():
     assert "must not be loaded" in failed.find_all(lambda n: "message" in n.classes())[0].text
 
 
+def test_device_calls_are_listed_per_phase_with_their_line():
+    report = _report()
+    phase = report["tests"][1]["phases"][2]
+    phase["device_calls"] = [
+        {"name": "aclrtGetDeviceCount", "result": 0, "where": "test_x.py:9 in test_b", "count": 2},
+        {"name": "aclrtSetDevice", "result": 0, "where": "no Python line (made on native thread 7)", "count": 1}]
+    report["tests"][1]["violation"] = {"kind": "device_call", "module": "aclrtSetDevice", "phase": "import",
+                                       "chain": ["aclrtSetDevice"]}
+    root = parse(render(report))
+    (failed,) = root.find_all(lambda n: n.attrs.get("data-nodeid") == "test_x.py::test_<b>")
+    calls = failed.find_all(lambda n: "data-call" in n.attrs)
+    assert [c.attrs["data-call"] for c in calls] == ["aclrtGetDeviceCount", "aclrtSetDevice"]
+    assert "x2" in calls[0].text and "violation" in calls[1].classes() and "violation" not in calls[0].classes()
+    assert "3 device calls" in "".join(n.text for n in failed.find_all(lambda n: "badge" in n.classes()))
+    (passed,) = root.find_all(lambda n: n.attrs.get("data-nodeid") == "test_x.py::test_a")
+    assert not passed.find_all(lambda n: "data-call" in n.attrs)  # a phase without calls lists none
+
+
 def test_expand_opens_everything():
     root = parse(render(_report(), expand=True))
     details = root.find_all(lambda n: n.tag == "details")
