@@ -234,6 +234,15 @@ class NpuLazy:
         if problems:
             raise broken_guarantee("npu_lazy: " + "\n\nnpu_lazy: ".join(problems), violation)
 
+    @property
+    def device_calls_recorded(self) -> bool:
+        """Whether this process records device calls (the CANN host stub or the emulated NPU is loaded)."""
+        return self._state.device_log.unavailable is None
+
+    def device_call_records(self, phase: str | None = None) -> list:
+        """Like :meth:`device_calls`, as records: name, result, phase, the Python line and the torch_npu line."""
+        return self._recorded_device_calls(phase)
+
     def _recorded_device_calls(self, phase: str | None):
         __tracebackhide__ = True
         import pytest

@@ -187,3 +187,48 @@ def npu_kernel_boundary(interpreted: bool = False) -> str | None:
             if "tl.extra.cann.extension" in handle.read():
                 return "cannot import name 'extension' from 'torch_npu._inductor.runtime.triton_helpers'"
     return "cannot run kernels"
+
+
+@lru_cache(maxsize=None)
+def dynamo_trace_initialises_accelerator() -> str | None:
+    """Where stock torch's Dynamo asks for the current accelerator stream when every trace starts, or None.
+
+    torch 2.13's ``SymbolicStreamState.__init__`` (torch/_dynamo/variables/streams.py) calls
+    ``torch.accelerator.current_stream()`` whenever ``torch.accelerator.is_available()``: with an NPU
+    present (real or emulated) that initialises the NPU runtime, so a strict ``torch.export`` (a Dynamo
+    trace) of a CPU model initialises it once. On a machine without a device nothing is initialised.
+    """
+    path = _package_file("torch", "_dynamo", "variables", "streams.py")
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read(), path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "SymbolicStreamState":
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call) and ast.unparse(call.func) == "torch.accelerator.current_stream":
+                    return f"torch/_dynamo/variables/streams.py:{call.lineno} in SymbolicStreamState.__init__"
+    return None
+
+
+@lru_cache(maxsize=None)
+def triton_backend_reload_duplicates() -> str | None:
+    """Why loading torch_npu's Triton backend a second time in a process fails on a device, or None.
+
+    ``_register_npu_triton_decompositions`` (torch_npu/_inductor/decomposition.py) registers ``aten.erfc``
+    each time the Triton backend loads, but removes only the ops of ``DECOMPOSITION_OVERLOAD_OP`` first;
+    erfc is not among them. Where a device makes ``has_triton()`` true (a real or emulated NPU with Triton
+    installed) a second load, such as switching TORCHINDUCTOR_NPU_BACKEND between two names that both
+    load the Triton backend, raises "duplicate registrations for aten.erfc.default". Without a device
+    the Triton backend registers nothing, so nothing is duplicated.
+    """
+    path = _package_file("torch_npu", "_inductor", "decomposition.py")
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as handle:
+        source = handle.read()
+    start = source.find("DECOMPOSITION_OVERLOAD_OP = [")
+    overloads = source[start:source.find("]", source.find("aten.matmul_backward", start))] if start >= 0 else ""
+    if "@register_decomposition([aten.erfc])" in source and "aten.erfc" not in overloads:
+        return "duplicate registrations for aten.erfc.default"
+    return None
