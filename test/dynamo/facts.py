@@ -232,3 +232,25 @@ def triton_backend_reload_duplicates() -> str | None:
     if "@register_decomposition([aten.erfc])" in source and "aten.erfc" not in overloads:
         return "duplicate registrations for aten.erfc.default"
     return None
+
+
+@lru_cache(maxsize=None)
+def inductor_cache_key_initialises_npu() -> str | None:
+    """Where torch_npu's Inductor cache key asks for the current NPU, or None.
+
+    torch_npu 2.13.0 replaces Inductor's ``CacheBase.get_system`` (torch_npu/_compat/inductor.py) with one
+    that reads ``torch_npu.npu.get_device_properties(torch_npu.npu.current_device())``; the key is computed
+    for every FX graph Inductor compiles, CPU graphs too, so the first Inductor call on CPU tensors
+    initialises the NPU (aclInit; on a machine without one, it tries and fails quietly).
+    """
+    path = _package_file("torch_npu", "_compat", "inductor.py")
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read(), path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == "get_system":
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call) and ast.unparse(call.func) == "torch_npu.npu.current_device":
+                    return f"torch_npu/_compat/inductor.py:{call.lineno} in get_system (Inductor's cache key)"
+    return None

@@ -122,3 +122,31 @@ PORTED: dict[str, tuple[str, ...]] = {
 
 #: tests that exist on the v2.12.0 branch but not on master
 V2_12_ONLY = ("test_inductor_backend_load_is_deferred_until_first_call", "test_public_lazy_setup_recovers_after_fork")
+
+#: torch_npu's device-side lazy-initialisation tests, in other files of its repository (master; the same on
+#: v26.2.0-beta.1-pytorch2.13.0) -> our tests (test_device_init.py asserts on the device calls themselves).
+#: An empty tuple: not ported, and docs/torch_npu-tests.md says why.
+DEVICE_PORTED: dict[str, tuple[str, ...]] = {
+    "test/test_torch_npu_init.py::test_05_runtime_lazy_init_semantics": (
+        "test_device_init.py::test_availability_and_device_count_do_not_initialise",
+        "test_device_init.py::test_first_device_use_initialises_exactly_once",
+    ),
+    "test/test_torch_npu_init.py::test_11_import_does_not_trigger_device_count": (
+        "test_device_init.py::test_import_torch_npu_makes_no_device_call",
+    ),
+    "test/test_npu.py::TestNpu::test_lazy_init": (
+        "test_device_init.py::test_import_torch_npu_makes_no_device_call",
+    ),
+    "test/npu/test_torch_npu.py::test_lazy_init": (
+        "test_device_init.py::test_a_fork_after_initialisation_cannot_initialise_again",
+        "test_device_init.py::test_a_fork_after_the_availability_check_is_a_good_fork",
+    ),
+    "test/test_npu.py::TestNpu::test_device_count_not_cached_pre_init": (),
+    "test/dynamo/test_torchair_lazy.py": (
+        "test_compiler_entries.py::test_lazy_proxies_are_installed_by_import_and_import_nothing",
+        "test_compiler_entries.py::test_lazy_proxy_binds_submodules_on_the_proxy_and_the_package",
+    ),
+    "test/dynamo/test_torchair_no_init.py": (
+        "test_compiler_entries.py::test_lazy_proxies_are_installed_by_import_and_import_nothing",
+    ),
+}

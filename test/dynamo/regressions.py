@@ -343,3 +343,67 @@ REGRESSIONS.update({
     "builtin_variable_patch_dropped": builtin_variable_patch_dropped,
     "run_once_without_fork_reset": run_once_without_fork_reset,
 })
+
+
+# -- group device: the device-side lazy initialisation (test_device_init.py), caught through the device calls --
+
+
+def _try_lazy_init() -> None:
+    """Initialise the NPU as torch_npu does on first use; on the host stub (no device) the attempt, its aclInit,
+    is the regression, and its error is dropped as a careless caller would."""
+    try:
+        sys.modules["torch_npu"].npu._lazy_init()
+    except RuntimeError:
+        pass
+
+
+def import_probes_device_count() -> None:
+    """(j) `import torch_npu` asks the runtime how many devices there are."""
+    after_import("torch_npu", lambda module: module._C._npu_getDeviceCount())
+
+
+def availability_check_initialises() -> None:
+    """(k) torch.npu.is_available() initialises the runtime to answer."""
+
+    def patch(module) -> None:
+        original = module.npu.is_available
+
+        def is_available() -> bool:
+            _try_lazy_init()
+            return original()
+
+        module.npu.is_available = is_available
+
+    after_import("torch_npu", patch)
+
+
+def wrapper_initialises_device() -> None:
+    """(l) Creating an Inductor wrapper initialises the NPU."""
+    _patch_wrapper_init(_try_lazy_init)
+
+
+def runtime_initialised_twice() -> None:
+    """(m) The first device use initialises the runtime a second time (aclInit again after torch_npu's own)."""
+
+    def patch(module) -> None:
+        import ctypes
+
+        original = module._lazy_init
+
+        def lazy_init() -> None:
+            first = not module._initialized
+            original()
+            if first:
+                ctypes.CDLL(None).aclInit(None)
+
+        module._lazy_init = lazy_init
+
+    after_import("torch_npu.npu", patch)
+
+
+REGRESSIONS.update({
+    "import_probes_device_count": import_probes_device_count,
+    "availability_check_initialises": availability_check_initialises,
+    "wrapper_initialises_device": wrapper_initialises_device,
+    "runtime_initialised_twice": runtime_initialised_twice,
+})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ported import PORTED, V2_12_ONLY
+from ported import DEVICE_PORTED, PORTED, V2_12_ONLY
 
 DYNAMO = Path(__file__).resolve().parent
 DOC = DYNAMO.parent.parent / "docs" / "torch_npu-tests.md"
@@ -46,3 +46,28 @@ def test_the_document_has_a_row_per_test_of_theirs_naming_ours():
     unnamed = [f"{theirs}: {node}" for theirs, ours in PORTED.items() for node in ours
                if node.split("::")[1] not in rows[theirs]]
     assert not unnamed, "docs/torch_npu-tests.md does not name these tests of ours:\n" + "\n".join(unnamed)
+
+
+def _device_rows() -> dict[str, str]:
+    """The rows of the device-side table: their test's path in backticks, then ours."""
+    rows = {}
+    for line in DOC.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"\|\s*`(test/[^`]+)`\s*\|(.*)", line)
+        if match:
+            rows[match.group(1)] = match.group(2)
+    return rows
+
+
+def test_the_device_side_map_names_existing_tests_and_the_document_explains_each():
+    missing = [f"{theirs} -> {node}" for theirs, ours in DEVICE_PORTED.items() for node in ours
+               if not re.search(rf"^def {re.escape(node.split('::')[1])}\(",
+                                (DYNAMO / node.split("::")[0]).read_text(encoding="utf-8"), re.MULTILINE)]
+    assert not missing, "ported.DEVICE_PORTED names test functions that do not exist:\n" + "\n".join(missing)
+    rows = _device_rows()
+    assert set(rows) == set(DEVICE_PORTED), (f"rows missing: {sorted(set(DEVICE_PORTED) - set(rows))}; "
+                                             f"rows not in ported.py: {sorted(set(rows) - set(DEVICE_PORTED))}")
+    unnamed = [f"{theirs}: {node}" for theirs, ours in DEVICE_PORTED.items() for node in ours
+               if node.split("::")[1] not in rows[theirs]]
+    assert not unnamed, "docs/torch_npu-tests.md does not name these tests of ours:\n" + "\n".join(unnamed)
+    unexplained = [theirs for theirs, ours in DEVICE_PORTED.items() if not ours and "not ported" not in rows[theirs]]
+    assert not unexplained, f"rows that port nothing must say why (\"not ported: ...\"): {unexplained}"
