@@ -59,10 +59,13 @@ class Environment:
     flavour: str
     triton: tuple[str, ...]
     pip_args: tuple[str, ...]
+    #: the CANN mode the suites run under: "stub" (no device) or "emulate" (the emulated NPU)
+    cann: str = "stub"
 
     @property
     def id(self) -> str:
-        return f"torch{self.torch}-npu{self.torch_npu}-{self.flavour}"
+        suffix = "" if self.cann == "stub" else f"-{self.cann}"
+        return f"torch{self.torch}-npu{self.torch_npu}-{self.flavour}{suffix}"
 
 
 @dataclass(frozen=True)
@@ -98,9 +101,14 @@ def _environments(path: Path) -> tuple[dict, list[Environment]]:
             if not EXACT.match(str(pair.get(key, ""))):
                 raise SystemExit(f"{path}: pair {index + 1}: {key} = {pair.get(key)!r}: pin an exact version "
                                  "(a looser spec can pull a CUDA build of torch, which torch_npu cannot import)")
-        for flavour, packages in pair.get("triton", {"none": []}).items():
-            environments.append(Environment(str(pair["torch"]), str(pair["torch_npu"]), flavour,
-                                            tuple(packages), tuple(pair.get("pip_args", []))))
+        flavours = pair.get("triton", {"none": []})
+        unknown = [name for name in pair.get("emulate", []) if name not in flavours]
+        if unknown:
+            raise SystemExit(f"{path}: pair {index + 1}: emulate names Triton flavours it does not have: {unknown}")
+        for flavour, packages in flavours.items():
+            for cann in ["stub"] + (["emulate"] if flavour in pair.get("emulate", []) else []):
+                environments.append(Environment(str(pair["torch"]), str(pair["torch_npu"]), flavour,
+                                                tuple(packages), tuple(pair.get("pip_args", [])), cann))
     if not environments:
         raise SystemExit(f"{path}: no [[pair]] with a torch and torch_npu version")
     return config.get("matrix", {}), environments
@@ -131,7 +139,7 @@ print("torch", m.version("torch"), "torch_npu", m.version("torch-npu"))
 @nox.session(name="env")
 @nox.parametrize("environment", [nox.param(e, id=e.id) for e in ENVIRONMENTS])
 def env(session: nox.Session, environment: Environment) -> None:
-    """test/dynamo and test/upstream in one (torch, torch_npu) environment, with a JSON report."""
+    """test/dynamo and test/upstream in one (torch, torch_npu) environment and CANN mode, with a JSON report."""
     session.install(*environment.pip_args, f"torch=={environment.torch}", f"torch-npu=={environment.torch_npu}",
                     *environment.triton, *SETTINGS.get("test_requirements", []))
     session.install("-e", str(ROOT))
@@ -140,7 +148,8 @@ def env(session: nox.Session, environment: Environment) -> None:
     report.unlink(missing_ok=True)  # never draw a stale result
     session.chdir(ROOT)
     session.run("python", "-m", "pytest", *SETTINGS.get("pytest_args", ["-p", "npu_lazy", "test/dynamo"]),
-                f"--npu-lazy-json={report}", *session.posargs, success_codes=[0, 1])
+                f"--npu-lazy-cann={environment.cann}", f"--npu-lazy-json={report}", *session.posargs,
+                success_codes=[0, 1])
 
 
 def _ci_requirements_except_pytest() -> list[str]:

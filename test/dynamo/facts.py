@@ -198,17 +198,9 @@ def dynamo_trace_initialises_accelerator() -> str | None:
     present (real or emulated) that initialises the NPU runtime, so a strict ``torch.export`` (a Dynamo
     trace) of a CPU model initialises it once. On a machine without a device nothing is initialised.
     """
-    path = _package_file("torch", "_dynamo", "variables", "streams.py")
-    if path is None:
-        return None
-    with open(path, encoding="utf-8") as handle:
-        tree = ast.parse(handle.read(), path)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == "SymbolicStreamState":
-            for call in ast.walk(node):
-                if isinstance(call, ast.Call) and ast.unparse(call.func) == "torch.accelerator.current_stream":
-                    return f"torch/_dynamo/variables/streams.py:{call.lineno} in SymbolicStreamState.__init__"
-    return None
+    where = _call_inside(("torch", "_dynamo", "variables", "streams.py"), "SymbolicStreamState",
+                         "torch.accelerator.current_stream")
+    return f"{where} in SymbolicStreamState.__init__" if where else None
 
 
 @lru_cache(maxsize=None)
@@ -243,14 +235,21 @@ def inductor_cache_key_initialises_npu() -> str | None:
     for every FX graph Inductor compiles, CPU graphs too, so the first Inductor call on CPU tensors
     initialises the NPU (aclInit; on a machine without one, it tries and fails quietly).
     """
-    path = _package_file("torch_npu", "_compat", "inductor.py")
+    where = _call_inside(("torch_npu", "_compat", "inductor.py"), "get_system", "torch_npu.npu.current_device")
+    return f"{where} in get_system (Inductor's cache key)" if where else None
+
+
+def _call_inside(file: tuple[str, ...], container: str, callee: str) -> str | None:
+    """``package/path.py:LINE`` of the first call of ``callee`` inside the class or function ``container``
+    of an installed file (read, never imported), or None."""
+    path = _package_file(*file)
     if path is None:
         return None
     with open(path, encoding="utf-8") as handle:
         tree = ast.parse(handle.read(), path)
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and node.name == "get_system":
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name == container:
             for call in ast.walk(node):
-                if isinstance(call, ast.Call) and ast.unparse(call.func) == "torch_npu.npu.current_device":
-                    return f"torch_npu/_compat/inductor.py:{call.lineno} in get_system (Inductor's cache key)"
+                if isinstance(call, ast.Call) and ast.unparse(call.func) == callee:
+                    return f"{'/'.join(file)}:{call.lineno}"
     return None

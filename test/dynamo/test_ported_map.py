@@ -14,10 +14,11 @@ DOC = DYNAMO.parent.parent / "docs" / "torch_npu-tests.md"
 THEIR_TEST_COUNT = 27
 
 
-def _doc_rows() -> dict[str, str]:
+def _doc_rows(first_column: str = r"`?(test_\w+)`?[^|]*") -> dict[str, str]:
+    """The table rows of the document whose first column matches (group 1: the key), and the rest of each."""
     rows = {}
     for line in DOC.read_text(encoding="utf-8").splitlines():
-        match = re.match(r"\|\s*`?(test_\w+)`?[^|]*\|(.*)", line)
+        match = re.match(r"\|\s*" + first_column + r"\|(.*)", line)
         if match:
             rows[match.group(1)] = match.group(2)
     return rows
@@ -48,22 +49,12 @@ def test_the_document_has_a_row_per_test_of_theirs_naming_ours():
     assert not unnamed, "docs/torch_npu-tests.md does not name these tests of ours:\n" + "\n".join(unnamed)
 
 
-def _device_rows() -> dict[str, str]:
-    """The rows of the device-side table: their test's path in backticks, then ours."""
-    rows = {}
-    for line in DOC.read_text(encoding="utf-8").splitlines():
-        match = re.match(r"\|\s*`(test/[^`]+)`\s*\|(.*)", line)
-        if match:
-            rows[match.group(1)] = match.group(2)
-    return rows
-
-
 def test_the_device_side_map_names_existing_tests_and_the_document_explains_each():
     missing = [f"{theirs} -> {node}" for theirs, ours in DEVICE_PORTED.items() for node in ours
                if not re.search(rf"^def {re.escape(node.split('::')[1])}\(",
                                 (DYNAMO / node.split("::")[0]).read_text(encoding="utf-8"), re.MULTILINE)]
     assert not missing, "ported.DEVICE_PORTED names test functions that do not exist:\n" + "\n".join(missing)
-    rows = _device_rows()
+    rows = _doc_rows(r"`(test/[^`]+)`\s*")  # their tests in other files: a path
     assert set(rows) == set(DEVICE_PORTED), (f"rows missing: {sorted(set(DEVICE_PORTED) - set(rows))}; "
                                              f"rows not in ported.py: {sorted(set(rows) - set(DEVICE_PORTED))}")
     unnamed = [f"{theirs}: {node}" for theirs, ours in DEVICE_PORTED.items() for node in ours
