@@ -187,6 +187,7 @@ def test_fake_stub_exports_each_symbol_with_the_right_kind(fake_package, tmp_pat
     soname, needed, defined = elf_view(stub_dir / "libfakecann.so")
     assert soname == "libfakecann.so"
     assert not [n for n in needed if "fake" in n]
+    assert cann.common.RECORDER_SONAME in needed  # every stubbed call is reported to the device-call recorder
     assert defined["fakecannInit"][0] == "STT_FUNC"
     assert defined["_ZN8fakecann6Device4openEv"][0] == "STT_FUNC"
     assert defined["fakecann_table"][:2] == ("STT_OBJECT", "STB_GLOBAL")
@@ -356,7 +357,7 @@ def test_cached_build_is_reused_without_the_compiler(small_spec, tmp_path, monke
     cache = tmp_path / "cache"
 
     first = cann.build_stub(small_spec, cache, compiler=counting)
-    assert len(log.read_text().splitlines()) == len(small_spec.libraries)
+    assert len(log.read_text().splitlines()) == len(small_spec.libraries) + 1  # and the device-call recorder
 
     assert cann.build_stub(small_spec, cache, compiler=failing) == first
     monkeypatch.setenv("CC", failing)
@@ -406,7 +407,7 @@ def test_concurrent_builders_share_one_build(small_spec, tmp_path):
     assert [b.returncode for b in builders] == [0, 0], results
     paths = {out.strip() for out, _ in results}
     assert paths == {str(cache / small_spec.key())}
-    assert len(log.read_text().splitlines()) == len(small_spec.libraries)  # built once, not twice
+    assert len(log.read_text().splitlines()) == len(small_spec.libraries) + 1  # built once (and the recorder)
     for soname, symbols in small_spec.libraries.items():
         assert set(symbols) <= set(elf_view(cache / small_spec.key() / soname)[2])
 

@@ -201,7 +201,7 @@ def test_no_trace_without_the_variable(emulated):
 def test_emulation_build_exports_every_cann_symbol_under_its_own_key(installed_spec, emulated):
     assert emulated.name != installed_spec.key() and emulated.name.startswith("emulated-")
     manifest = json.loads((emulated / cann.MANIFEST_NAME).read_text())
-    assert manifest["load_order"][0] == emulation.EMULATION_SONAME
+    assert manifest["load_order"][:2] == [cann.common.RECORDER_SONAME, emulation.EMULATION_SONAME]
     assert manifest["emulation"]["model"]["soc_name"] == MODEL.soc_name
     with open(emulated / emulation.EMULATION_SONAME, "rb") as stream:
         exported = {s.name for s in ELFFile(stream).get_section_by_name(".dynsym").iter_symbols()
@@ -210,6 +210,9 @@ def test_emulation_build_exports_every_cann_symbol_under_its_own_key(installed_s
     assert wanted <= exported
     assert {"aclrtGetSocName", "aclrtSetDevice", "aclrtMalloc", "aclrtCreateStream"} <= set(manifest["emulation"]["emulated"])
     assert "HcclAllReduce" in manifest["emulation"]["refused"] and "HcclAllReduce" in exported
+    with open(emulated / emulation.EMULATION_SONAME, "rb") as stream:  # every call reaches the recorder
+        dynamic = ELFFile(stream).get_section_by_name(".dynamic")
+        assert cann.common.RECORDER_SONAME in [t.needed for t in dynamic.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
     for soname in installed_spec.libraries:  # empty shells that pull the emulation in by soname
         with open(emulated / soname, "rb") as stream:
             dynamic = ELFFile(stream).get_section_by_name(".dynamic")
