@@ -309,6 +309,7 @@ def serve_test(channel: Channel, ready) -> None:
     except ChannelClosed:
         return  # a spare child that was never needed
     if go_on:
+        DEVICE_CALLS.start_line_sampler()  # a leaf process: no fork follows the sampler's thread
         run.guarded(run.execute)
     run.finish()
     sys.stdout.flush()
@@ -362,6 +363,7 @@ class SpawnedSession:
         except TargetError as exc:
             run.not_run(f"npu_lazy: {exc}", error=True)
         receive_run(self.channel, run.nodeid)
+        DEVICE_CALLS.start_line_sampler()  # a spawned child forks nothing either
         run.guarded(run.execute)
         self._exit()
         return True  # pragma: no cover - _exit does not return

@@ -5,8 +5,13 @@ The CANN host stub and the emulated NPU report each call they answer to a small 
 listener through ctypes. A call from a thread that holds the GIL arrives here at once, so
 it gets the phase in force and the Python line behind it: the innermost frame outside
 torch_npu (and outside this plugin), plus the innermost torch_npu frame. A call from a thread
-without the GIL (torch_npu's task queue, a C++ worker) is queued in C with its time and placed
-in a phase by that time when the log is read: its Python line is unknown, and it says so.
+without the GIL is queued in C with its time and placed in a phase by that time when the log is
+read. Torch releases the GIL around every operator, so most calls are of that kind; where the
+caller is a Python thread, a sampler thread (started in isolated test children only, where no
+fork follows) reads that thread's frames while the call waits, for the first call of each name
+in a phase (the one a failure names), so the line is known there too; later calls of that name
+in the phase say that their line was not read. A call from a thread that runs no Python
+(torch_npu's task queue) says that it has no line.
 
 Under real CANN nothing records: :attr:`DeviceCallLog.unavailable` says why, and the fixture
 skips instead of answering with an empty list. Nothing here imports torch or torch_npu.
@@ -29,7 +34,7 @@ _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # pytest_np
 
 class _QueuedCall(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("result", ctypes.c_long), ("stamp", ctypes.c_double),
-                ("thread", ctypes.c_long)]
+                ("thread", ctypes.c_long), ("sample", ctypes.c_long)]
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class DeviceCall:
     thread: str = "python"  # "python"; for a call made without the GIL, the thread that made it
 
     def where(self) -> str:
+        if self.line is None and self.thread.startswith("Python thread"):
+            return f"Python line not read (made on {self.thread}; read for the first call of a name in a phase)"
         if self.line is None:
             return f"no Python line (made on {self.thread}: Python cannot be read then)"
         via = f" via {self.torch_npu_line}" if self.torch_npu_line is not None else ""
@@ -79,6 +86,9 @@ class DeviceCallLog:
         self.phase_of: Callable[[], str] = lambda: "?"
         self._library: ctypes.CDLL | None = None
         self._listener = _LISTENER_TYPE(self._on_call)  # kept alive: C holds a pointer to it
+        self._sampler: threading.Thread | None = None
+        self._samples: dict[int, tuple[CodeLocation | None, CodeLocation | None]] = {}
+        self._next_sample = 1
         self.unavailable: str | None = "device calls are not recorded: recording was never started"
 
     # -- recording ------------------------------------------------------------
@@ -105,7 +115,41 @@ class DeviceCallLog:
 
         atexit.register(self.stop)  # torch_npu's C++ teardown calls CANN after Python is gone
 
+    def start_line_sampler(self) -> None:
+        """Read the Python line of calls made while the GIL is released, from now on in this process.
+
+        Only where no fork follows (an isolated test child): a thread running at a fork is the
+        hazard every fork server here refuses. The C side forgets the sampler in a forked child.
+        """
+        library = self._library
+        if library is None or (self._sampler is not None and self._sampler.is_alive()):
+            return
+        library.npu_lazy_next_sample_request.restype = ctypes.c_ulong
+        library.npu_lazy_answer_sample.argtypes = [ctypes.c_ulong, ctypes.c_long]
+        library.npu_lazy_answer_sample.restype = None
+
+        def serve() -> None:
+            while True:
+                ident = library.npu_lazy_next_sample_request()  # ctypes releases the GIL while it waits
+                if ident == 0:
+                    return
+                frame = sys._current_frames().get(ident)
+                sample, self._next_sample = self._next_sample, self._next_sample + 1
+                self._samples[sample] = _lines(frame) if frame is not None else (None, None)
+                library.npu_lazy_answer_sample(ident, sample)
+
+        self._sampler = threading.Thread(target=serve, name="pytest-npu-lazy device-call lines", daemon=True)
+        self._sampler.start()
+
+    def new_epoch(self) -> None:
+        """A phase began: sample the Python line of the first call of each name again."""
+        if self._sampler is not None and self._library is not None:
+            self._library.npu_lazy_new_sampling_epoch()
+
     def stop(self) -> None:
+        if self._sampler is not None and self._library is not None:
+            self._library.npu_lazy_stop_sampler()
+            self._sampler = None
         if self._library is not None:
             self._library.npu_lazy_set_device_call_listener(_LISTENER_TYPE())
             self._library = None
@@ -134,8 +178,9 @@ class DeviceCallLog:
             for item in buffer[:count]:
                 thread = (f"Python thread {names[item.thread]!r} while the GIL was released" if item.thread in names
                           else f"native thread {item.thread}")
+                line, torch_npu_line = self._samples.pop(item.sample, (None, None))
                 self.calls.append(DeviceCall(item.name.decode(errors="replace"), int(item.result), item.stamp,
-                                             None, None, None, thread=thread))
+                                             None, line, torch_npu_line, thread=thread))
             if count < len(buffer):
                 break
         self.calls.sort(key=lambda call: call.stamp)
@@ -165,7 +210,7 @@ def place_in_phases(calls: Iterable[DeviceCall], spans: list[tuple[str, float, f
             at = to_offset(call.stamp)
             holding = [name for name, start, end in spans if start <= at and (end is None or at <= end)]
             call = DeviceCall(call.name, call.result, call.stamp, holding[-1] if holding else "(between phases)",
-                              None, None, call.thread)
+                              call.line, call.torch_npu_line, call.thread)
         placed.append(call)
     return placed
 

@@ -94,6 +94,7 @@ class ProbeState:
                 "a module, so each one may be entered once. Give the second one its own name, "
                 f"e.g. {name + '_2'!r}.")
         previous = self.recorder.set_phase(name)
+        self.device_log.new_epoch()
         now = self.recorder._now()
         if span is None:
             span = PhaseSpan(name, now, parent=previous)
@@ -108,6 +109,7 @@ class ProbeState:
             raise
         finally:
             self.recorder.set_phase(previous)
+            self.device_log.new_epoch()
             span.ended = self.recorder._now()
             self._notify(span)
 
@@ -136,6 +138,7 @@ class ProbeState:
             self._idle_since = None
         self._close_runner_phase(now)
         self.recorder.set_phase(name)
+        self.device_log.new_epoch()
         self.phases.append(PhaseSpan(name, now))
         self._notify(self.phases[-1])
 
