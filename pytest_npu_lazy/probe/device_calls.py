@@ -124,6 +124,8 @@ class DeviceCallLog:
         library = self._library
         if library is None or (self._sampler is not None and self._sampler.is_alive()):
             return
+        if not hasattr(library, "npu_lazy_next_sample_request"):  # a recorder built before sampling existed
+            return
         library.npu_lazy_next_sample_request.restype = ctypes.c_ulong
         library.npu_lazy_answer_sample.argtypes = [ctypes.c_ulong, ctypes.c_long]
         library.npu_lazy_answer_sample.restype = None
