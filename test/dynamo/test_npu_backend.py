@@ -42,8 +42,8 @@ def _generated_kernels(error: BaseException) -> dict[str, str]:
         while tb is not None:
             filename = os.path.realpath(tb.tb_frame.f_code.co_filename)
             if filename.startswith(root + os.sep) and filename.endswith(".py") and os.path.exists(filename):
-                with open(filename) as source:
-                    found[os.path.relpath(filename, root)] = source.read()
+                with open(filename) as source:  # the cache's place is this machine's: a report names none
+                    found[os.path.relpath(filename, root)] = source.read().replace(root, "<inductor cache>")
             tb = tb.tb_next
         error = error.__cause__ or error.__context__
     return found
