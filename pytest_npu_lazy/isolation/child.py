@@ -26,6 +26,7 @@ from .inherit import adopt_basetemp, private_capture, reset_signals, save_covera
 from .outputs import ChildOutputs
 from .processes import set_title
 from .protocol import Channel, ChannelClosed, ProtocolError, send
+from ..probe.device_calls import DEVICE_CALLS
 from ..probe.recorder import RECORDER
 from ..settings import TestSettings
 from . import messages
