@@ -53,6 +53,22 @@ def test_every_option_ini_key_and_env_var_is_in_the_options_table_and_help(pytes
     assert not missing, f"the README's options table lacks {missing}"
 
 
+def test_options_with_choices_list_every_choice_in_the_options_table():
+    """Each option that takes one of a few values shows them all (`auto|real|stub|emulate|off`), in the
+    code's order, so a mode added to the code and not to the README fails here."""
+    from pytest_npu_lazy.settings import CANN_MODES, ISOLATE_CHOICES, ISOLATION_MODES
+
+    table = _section("Options")
+    for option, choices in (("--npu-lazy-isolate", ISOLATE_CHOICES), ("--npu-lazy-isolation", ISOLATION_MODES),
+                            ("--npu-lazy-cann", CANN_MODES)):
+        shown = re.search(rf"`{option}=([^`]*)`", table)
+        assert shown, f"the options table has no `{option}=...` cell"
+        assert shown[1].split("\\|") == list(choices), f"{option}: the table shows {shown[1]!r}, the code {choices}"
+    modes = _section("Running on a machine without Ascend software")
+    missing = [mode for mode in CANN_MODES if f"\n| `{mode}`" not in modes]
+    assert not missing, f"the CANN modes table lacks {missing}"
+
+
 FAILING_EXAMPLE = '''import pytest
 
 
