@@ -56,9 +56,10 @@ ENV = {
 CANN_MODES = MODES  # the CANN package owns its modes
 
 MARKER_HELP = (
-    "npu_lazy(preload=[...], isolation='fork'|'spawn', autoload=False, timeout=None, block=[...], "
+    "npu_lazy(preload=[...], isolation='fork'|'spawn', autoload=False, timeout=SECONDS, block=[...], "
     "track=[...]): run this test in a clean interpreter forked from a zygote that imported only "
-    "`preload`; `block` makes modules look absent; `track` counts calls of 'pkg.mod:function'."
+    "`preload`; `timeout` 0 or None: no limit, whatever the run's; `block` makes modules look absent; "
+    "`track` counts calls of 'pkg.mod:function'."
 )
 
 
@@ -338,9 +339,16 @@ def _validated(key: str, value: Any) -> Any:
             raise MarkerError(f"npu_lazy marker: autoload must be True or False, got {value!r}.")
         return value
     if key == "timeout":
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-            raise MarkerError(f"npu_lazy marker: timeout must be a positive number of seconds or None, got {value!r}.")
-        return float(value) if value is not None else None
+        # 0 and None mean "no limit", as --npu-lazy-timeout=0 and the ini's 0 do: one test can lift a run's limit
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:  # NaN too
+            raise MarkerError(f"npu_lazy marker: timeout must be a number of seconds, or 0 or None for no limit, "
+                              f"got {type(value).__name__} {value!r}; write e.g. timeout=120.")
+        if value < 0:
+            raise MarkerError(f"npu_lazy marker: timeout={value!r} is negative; use a number of seconds, "
+                              "or 0 or None for no limit.")
+        return float(value) or None
     raise AssertionError(key)  # pragma: no cover - MARKER_OPTIONS and this function list the same keys
 
 

@@ -34,11 +34,16 @@ def _find(names: tuple[str, ...], path: list[str] | None) -> metadata.Distributi
 
 def gpu_build(torch: metadata.Distribution) -> str | None:
     """Why this torch is a GPU build ("version 2.12.0+cu130", "it requires nvidia-..."), or None for a CPU build."""
-    version = torch.version
+    return gpu_build_of(torch.version, torch.requires or [])
+
+
+def gpu_build_of(version: str, requires: list[str]) -> str | None:
+    """The same answer from a version and Requires-Dist lines, as a wheel or pip's install report gives them
+    (scripts/setup asks before installing, see torch_source)."""
     local = version.partition("+")[2]
     if local.startswith(("cu", "rocm")):
         return f"version {version}"
-    names = (re.match(r"[A-Za-z0-9._-]*", requirement).group() for requirement in torch.requires or [])
+    names = (re.match(r"[A-Za-z0-9._-]*", requirement).group() for requirement in requires)
     nvidia = sorted({name for name in names if name.lower().startswith("nvidia-")})
     if nvidia:
         more = f" and {len(nvidia) - 1} more nvidia-* package(s)" if len(nvidia) > 1 else ""

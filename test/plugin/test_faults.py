@@ -127,6 +127,39 @@ def test_hanging_test_is_killed_with_its_group_and_the_zygote_lives_on(run_pytes
     assert int((pytester.path / "pids.after").read_text()) == zygote  # same zygote served the next test
 
 
+def test_a_marker_timeout_of_0_or_none_lifts_the_ini_limit_for_its_test(run_pytest, pytester):
+    """As ``--npu-lazy-timeout=0`` and the ini's 0 do for the run, the marker's 0 or None does for one test;
+    a negative marker value is refused, naming what is accepted."""
+    pytester.makeini("[pytest]\nnpu_lazy_timeout = 1\n")
+    pytester.makepyfile(test_slow="""
+        import time
+        import pytest
+
+        @pytest.mark.npu_lazy(preload=[], timeout=0)
+        def test_zero():
+            time.sleep(2.5)
+
+        @pytest.mark.npu_lazy(preload=[], timeout=None)
+        def test_none():
+            time.sleep(2.5)
+
+        @pytest.mark.npu_lazy(preload=[])
+        def test_ini_limit():
+            time.sleep(30)
+
+        @pytest.mark.npu_lazy(preload=[], timeout=-1)
+        def test_negative():
+            pass
+    """)
+    run = run_pytest()
+    assert run.outcomes == {"test_slow.py::test_zero": "passed", "test_slow.py::test_none": "passed",
+                            "test_slow.py::test_ini_limit": "failed", "test_slow.py::test_negative": "error"}, \
+        run.text()
+    assert "ran longer than 1 s" in run.report("test_ini_limit", "call")["longrepr"]
+    assert ("npu_lazy marker: timeout=-1 is negative; use a number of seconds, or 0 or None for no limit"
+            in run.report("test_negative", "setup")["longrepr"])
+
+
 @pytest.mark.needs("pytest_timeout")
 def test_pytest_timeout_marker_is_honoured(run_pytest, pytester):
     pytester.makepyfile(test_pt="""

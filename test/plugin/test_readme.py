@@ -16,11 +16,30 @@ def python_blocks() -> list[str]:
 
 @pytest.mark.needs("torch")
 def test_readme_examples_pass(run_pytest, pytester):
-    blocks = python_blocks()
+    """Every example but the first (test_the_first_example_tests_torch_npu_and_passes runs that one)."""
+    blocks = python_blocks()[1:]
     assert blocks, "the README lost its examples"
-    pytester.makepyfile(**{f"test_readme_{i}": block for i, block in enumerate(blocks)})
+    pytester.makepyfile(**{f"test_readme_{i}": block for i, block in enumerate(blocks, 1)})
     run = run_pytest()
     assert run.outcomes and set(run.outcomes.values()) == {"passed"}, run.text()
+
+
+@pytest.mark.needs("torch", "torch_npu")
+def test_the_first_example_tests_torch_npu_and_passes(run_pytest, pytester):
+    """The README's first example, copied verbatim, imports torch_npu in a phase of its own and passes here
+    (triton-ascend installed: Triton comes with the wrapper), with each watched module where it says."""
+    example = python_blocks()[0]
+    pytester.makepyfile(test_torch_npu=example)
+    run = run_pytest("-p", "npu_lazy", "--npu-lazy-json-modules")
+    assert list(run.outcomes.values()) == ["passed"], run.text()
+    [summary] = [report["npu_lazy"] for report in run.reports if report["when"] == "teardown"]
+    phases = {phase["name"]: phase for phase in summary["phases"]}
+    assert {"import", "wrap", "first_call", "eager"} <= set(phases), list(phases)
+    assert "torch_npu" in [module["name"] for module in phases["import"]["modules"]], "torch_npu must load in 'import'"
+    watched = {name: {w["pattern"] for w in phase["watched"]} for name, phase in phases.items()}
+    assert watched["import"] == set(), watched
+    assert {"torch._dynamo", "torch._inductor"} <= watched["wrap"] and "torch_npu._inductor" not in watched["wrap"]
+    assert "torch_npu._inductor" in watched["first_call"], watched
 
 
 def _section(title: str) -> str:
@@ -53,30 +72,62 @@ def test_every_option_ini_key_and_env_var_is_in_the_options_table_and_help(pytes
     assert not missing, f"the README's options table lacks {missing}"
 
 
-FAILING_EXAMPLE = '''import pytest
+def test_options_with_choices_list_every_choice_in_the_options_table():
+    """Each option that takes one of a few values shows them all (`auto|real|stub|emulate|off`), in the
+    code's order, so a mode added to the code and not to the README fails here."""
+    from pytest_npu_lazy.settings import CANN_MODES, ISOLATE_CHOICES, ISOLATION_MODES
+
+    table = _section("Options")
+    for option, choices in (("--npu-lazy-isolate", ISOLATE_CHOICES), ("--npu-lazy-isolation", ISOLATION_MODES),
+                            ("--npu-lazy-cann", CANN_MODES)):
+        shown = re.search(rf"`{option}=([^`]*)`", table)
+        assert shown, f"the options table has no `{option}=...` cell"
+        assert shown[1].split("\\|") == list(choices), f"{option}: the table shows {shown[1]!r}, the code {choices}"
+    modes = _section("Running on a machine without Ascend software")
+    missing = [mode for mode in CANN_MODES if f"\n| `{mode}`" not in modes]
+    assert not missing, f"the CANN modes table lacks {missing}"
 
 
-@pytest.mark.npu_lazy(preload=["torch"])
-def test_wrapper(npu_lazy):
-    import torch
-    npu_lazy.compile(lambda x: x + 1, backend="inductor")
-    npu_lazy.assert_not_loaded("torch._inductor")
-'''
+#: the regression that shipped (test/dynamo/regressions.py), installed in the isolated child before the test
+REGRESSION_CONFTEST = """
+import sys
+
+import pytest
+
+sys.path[:0] = [{test!r}, {dynamo!r}]
+from regressions import eager_inductor_setup
 
 
-@pytest.mark.needs("torch")
+@pytest.fixture(autouse=True)
+def the_regression_that_shipped():
+    eager_inductor_setup()
+"""
+
+
+def _short(line: str) -> str:
+    """A failure line with the plugin's and the regression module's paths from their package down, as an
+    installed plugin prints them (here they may print from this checkout's directory)."""
+    return re.sub(r"[^\s(]*?((?:pytest_npu_lazy|test/dynamo)/[\w/]+\.py)", r"\1", line.rstrip())
+
+
+def _same(line: str) -> str:
+    """The plugin's and the regression module's line numbers move with every edit; torch's and torch_npu's
+    are the point and stay."""
+    return re.sub(r"((?:pytest_npu_lazy|test/dynamo)/[\w/]+\.py):\d+", r"\1:N", _short(line))
+
+
+@pytest.mark.needs("torch", "torch_npu")
 def test_failure_example_is_what_a_run_prints(pytester):
-    """The README's failure text, regenerated from this run when torch or the chain format changes."""
-    import pytest_npu_lazy
-
+    """The README's failure text is the first example's failure under the regression that shipped (the
+    wrapper's __init__ running the Inductor set-up), regenerated from this run when torch, torch_npu or the
+    chain format changes."""
     documented = re.search(r"When a guarantee breaks.*?```\n(.*?)```", README.read_text(), flags=re.S)[1]
-    pytester.makepyfile(test_x=FAILING_EXAMPLE)
-    result = pytester.runpytest_subprocess("-p", "npu_lazy", "-p", "no:cacheprovider", timeout=300)
-    site = str(Path(pytest_npu_lazy.__file__).resolve().parent.parent)
-    printed = [line.replace(site, "<site-packages>") for line in result.stdout.lines if line.startswith("E ")]
-
-    def same(line: str) -> str:  # the plugin's own line numbers move with every edit; torch's are the point
-        return re.sub(r"(pytest_npu_lazy/[\w/]+\.py):\d+", r"\1:N", line.rstrip())
-
-    assert [same(line) for line in documented.splitlines()] == [same(line) for line in printed], \
+    test_dir = Path(__file__).resolve().parents[1]
+    pytester.makeconftest(REGRESSION_CONFTEST.format(test=str(test_dir), dynamo=str(test_dir / "dynamo")))
+    pytester.makepyfile(test_torch_npu=python_blocks()[0])
+    result = pytester.runpytest_subprocess("-p", "npu_lazy", "-p", "no:cacheprovider", "-p", "no:randomly",
+                                           timeout=300)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    printed = [_short(line) for line in result.stdout.lines if line.startswith("E ")]
+    assert [_same(line) for line in documented.splitlines()] == [_same(line) for line in printed], \
         "regenerate the README's failure example from this run:\n" + "\n".join(printed)
