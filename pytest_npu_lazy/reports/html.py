@@ -31,8 +31,9 @@ details.test > summary { font-weight: 600; }
 .outcome.passed { color: #1a7f37; } .outcome.failed, .outcome.error { color: #cf222e; }
 .outcome.skipped, .outcome.xfailed, .outcome.xpassed { color: #9a6700; }
 .message { white-space: pre-wrap; font-family: monospace; font-size: 12px; color: #cf222e; margin: .3em 0; }
-.row { display: grid; grid-template-columns: 26em 6em 5em 1fr; align-items: center; gap: .5em; }
-.row > .name { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.row { display: grid; grid-template-columns: minmax(0, 3fr) 6em 5em minmax(8em, 2fr); align-items: center; gap: .5em; }
+.row > .name { min-width: 0; overflow-wrap: anywhere; }
+.module.violation > .row > .name, .module.violation > summary > .name { color: #cf222e; font-weight: 600; }
 .num { text-align: right; font-family: monospace; font-size: 12px; }
 .track { position: relative; height: 12px; background: #f3f3f3; }
 .bar { position: absolute; top: 0; height: 12px; min-width: 1px; background: #8ab4f8; }
@@ -95,8 +96,29 @@ def _tree(modules: list[dict]) -> tuple[list[dict], dict[str, list[dict]]]:
     return roots, children
 
 
+def _label(name: str) -> str:
+    """A module name that wraps after its dots (anywhere, if a part alone is wider than its column)."""
+    return escape(name).replace(".", ".<wbr>")
+
+
+def _indent(depth: int) -> str:
+    """Nesting as indentation, at most half the name's column, so a deep module keeps room for its name."""
+    return f"padding-left:min({depth * 14}px,50%)"
+
+
+def _path_to(bad: str | None, modules: list[dict]) -> set[str]:
+    """The violating module and the modules it was imported under in its phase: open, so its row shows."""
+    parents = {m["name"]: m.get("parent") for m in modules}
+    path = set()
+    name = bad
+    while name in parents and name not in path:
+        path.add(name)
+        name = parents[name]
+    return path
+
+
 def _module(module: dict, children: dict[str, list[dict]], depth: int, phase: dict, watch: list[str],
-            bad: str | None, expand: bool) -> str:
+            bad: str | None, expand: bool, path: set[str]) -> str:
     name = module["name"]
     classes = ["module"]
     if any(matches(name, pattern) for pattern in watch):
@@ -104,16 +126,16 @@ def _module(module: dict, children: dict[str, list[dict]], depth: int, phase: di
     if name == bad:
         classes.append("violation")
     kids = children.get(name, [])
-    label = escape(name) + (' <span class="badge">untracked</span>' if module.get("untracked") else "")
+    label = _label(name) + (' <span class="badge">untracked</span>' if module.get("untracked") else "")
     if kids:
         label += f' <span class="badge">{len(kids)}</span>'
-    row = (f'<span class="name" style="padding-left:{depth * 14}px" title="{escape(name)}">{label}</span>'
+    row = (f'<span class="name" style="{_indent(depth)}" title="{escape(name)}">{label}</span>'
            f'<span class="num">{_ms(module["duration"])}</span><span class="num"></span>'
            + _bar(module["start"], module["duration"], phase["start"], phase["duration"]))
     if not kids:
         return f'<div class="leaf {" ".join(classes)}" data-module="{escape(name)}"><div class="row">{row}</div></div>'
-    inner = "".join(_module(kid, children, depth + 1, phase, watch, bad, expand) for kid in kids)
-    return (f'<details class="{" ".join(classes)}"{_open(expand)} data-module="{escape(name)}">'
+    inner = "".join(_module(kid, children, depth + 1, phase, watch, bad, expand, path) for kid in kids)
+    return (f'<details class="{" ".join(classes)}"{_open(expand or name in path)} data-module="{escape(name)}">'
             f'<summary class="row">{row}</summary>{inner}</details>')
 
 
@@ -130,7 +152,7 @@ def _phase(phase: dict, total: float, watch: list[str], violation: dict | None, 
     if calls:
         badges += f'<span class="badge">{sum(c["count"] for c in calls)} device calls</span>'
     if bad:
-        badges += f'<span class="badge bad">violation: {escape(bad)}</span>'
+        badges += f'<span class="badge bad">violation: {_label(bad)}</span>'
     row = (f'<span class="name">{escape(phase["name"])}{badges}</span>'
            f'<span class="num">{_ms(phase["duration"])}</span><span class="num">{"?" if phase["module_count"] is None else phase["module_count"]} mod</span>'
            + _bar(phase.get("start", 0.0), phase["duration"], 0.0, total))
@@ -138,8 +160,9 @@ def _phase(phase: dict, total: float, watch: list[str], violation: dict | None, 
                      + (f" &nbsp;[at {escape(w['trigger'])}]" if w.get("trigger") else "") + "</div>"
                      for w in phase.get("watched", []))
     roots, children = _tree(phase.get("modules", []))
-    body = "".join(_module(m, children, 0, phase, watch, bad, expand) for m in roots)
-    return (f'<details class="{classes}"{_open(expand)} data-phase="{escape(phase["name"])}">'
+    path = _path_to(bad, phase.get("modules", []))
+    body = "".join(_module(m, children, 0, phase, watch, bad, expand, path) for m in roots)
+    return (f'<details class="{classes}"{_open(expand or bool(bad))} data-phase="{escape(phase["name"])}">'
             f'<summary class="row">{row}</summary>{chains}{_device_calls(calls, bad)}'
             f'<div class="modules">{body}</div></details>')
 
@@ -175,7 +198,8 @@ def _test(test: dict, watch: list[str], expand: bool) -> str:
 def render(report: dict, title: str = "pytest-npu-lazy: imports per test and phase", expand: bool = False) -> str:
     """The page for a JSON report document (isolated tests only; module trees need per-module data).
 
-    Failed tests start open; ``expand`` opens everything (for printing and screenshots).
+    Failed tests start open, and so do a violation's phase and the modules it was imported under, so
+    the violating module's row shows in full; ``expand`` opens everything (for printing and screenshots).
     """
     env = report.get("environment", {})
     environment = escape(f"{environment_label(env)}, Python {env.get('python')}, {env.get('platform')}, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -198,36 +199,160 @@ def test_cli_needs_module_data(tmp_path):
     assert done.returncode == 2 and "has no per-module data; write it with --npu-lazy-json-modules" in done.stderr
 
 
-def _chromium() -> str | None:
+def _chromium_path() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
-def _browser(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                           "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", *args],
+@pytest.fixture
+def chromium() -> str:
+    """A headless browser; CI installs Debian's chromium (.ci/run), so there a missing one fails the test."""
+    found = _chromium_path()
+    if found is None:
+        why = "no chromium here (apt-get install chromium)"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(why)
+        pytest.skip(why)
+    return found
+
+
+WINDOW = (1000, 900)
+
+
+def _browser(chromium: str, tmp_path, *args: str) -> subprocess.CompletedProcess:
+    """One headless run; the screenshot and the DOM dump use the same window, scale and flags, so one layout."""
+    return subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                           "--no-first-run", "--hide-scrollbars", "--force-device-scale-factor=1",
+                           f"--window-size={WINDOW[0]},{WINDOW[1]}", f"--user-data-dir={tmp_path / 'profile'}", *args],
                           capture_output=True, text=True, timeout=120)
 
 
-@pytest.mark.skipif(_chromium() is None, reason="no chromium here (apt-get install chromium)")
-def test_a_real_browser_renders_the_page(tmp_path):
+def test_a_real_browser_renders_the_page(chromium, tmp_path):
     page = tmp_path / "page.html"
     page.write_text(render(_report(), expand=True))
-    dom = _browser(tmp_path, "--dump-dom", page.as_uri())
+    dom = _browser(chromium, tmp_path, "--dump-dom", page.as_uri())
     assert dom.returncode == 0, dom.stderr
     root = parse(dom.stdout)
     assert len(root.find_all(lambda n: n.tag == "details" and "test" in n.classes())) == 2
     assert len(root.find_all(lambda n: n.attrs.get("data-module") == "heavy.helpers")) == 2
 
     shot = tmp_path / "shot.png"
-    done = _browser(tmp_path, f"--screenshot={shot}", "--window-size=1000,600", page.as_uri())
+    done = _browser(chromium, tmp_path, f"--screenshot={shot}", page.as_uri())
     assert done.returncode == 0 and shot.exists(), done.stderr
-    data = shot.read_bytes()
+    width, height, pixels = _png_pixels(shot.read_bytes())
+    assert (width, height) == WINDOW
+    assert len({pixel for row in pixels for pixel in row}) > 16  # something was drawn, not a blank page
+
+
+#: A violating module deep in its phase's tree, with a name far wider than a name column of 1000 pixels.
+LONG = ("torch_npu._inductor.codegen.npu_combined_scheduling_of_a_rather_long_module_path"
+        ".kernel_heuristics_for_the_emulated_device_and_its_triton_driver")
+
+#: Measures, once the page has loaded, where the browser drew the violating module's name (its text only,
+#: no badge) and writes it into the DOM for --dump-dom to carry out.
+_MEASURE = """<script>
+addEventListener("load", function () {
+  var rows = document.querySelectorAll("details.test.failed .module.violation");
+  var out = {rows: rows.length, vw: innerWidth, vh: innerHeight};
+  if (rows.length === 1) {
+    var name = rows[0].querySelector(":scope > .row > .name, :scope > summary > .name");
+    var texts = Array.prototype.filter.call(name.childNodes, function (n) { return n.nodeType === 3 && n.data.trim(); });
+    var last = texts[texts.length - 1], range = document.createRange();
+    range.setStart(texts[0], 0);
+    range.setEnd(last, last.data.replace(/\\s+$/, "").length);
+    var box = name.getBoundingClientRect();
+    out.text = range.toString();
+    out.scroll = name.scrollWidth;
+    out.client = name.clientWidth;
+    out.box = [box.left, box.top, box.right, box.bottom];
+    out.lines = Array.prototype.map.call(range.getClientRects(), function (r) { return [r.left, r.top, r.right, r.bottom]; })
+      .filter(function (r) { return r[2] - r[0] > 1; });
+  }
+  document.body.setAttribute("data-measured", JSON.stringify(out));
+});
+</script>"""
+
+
+def _long_violation() -> dict:
+    report = _report()
+    for test in report["tests"]:
+        for phase in test["phases"]:
+            for module in phase.get("modules", []):
+                if module["name"] == "heavy.helpers":
+                    module["name"] = LONG
+    report["tests"][1]["violation"] = {"kind": "loaded", "module": LONG, "phase": "import", "chain": [LONG, "heavy.core"]}
+    return report
+
+
+def test_a_real_browser_shows_a_long_violating_module_name_in_full(chromium, tmp_path):
+    """The page as it opens (nothing expanded by hand): the violating module's whole name is drawn in its row.
+
+    The browser says where each line of the name lies (none cut by its box, none off the first screen);
+    the screenshot, taken in the same window, has the name's red ink at both ends of every line.
+    """
+    page = tmp_path / "page.html"
+    page.write_text(render(_long_violation()).replace("</body>", _MEASURE + "</body>"))
+    dom = _browser(chromium, tmp_path, "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr
+    (body,) = parse(dom.stdout).find_all(lambda n: n.tag == "body")
+    measured = json.loads(body.attrs["data-measured"])
+    assert measured["rows"] == 1, measured  # the violating module has a row of its own, drawn on opening
+    assert measured["text"] == LONG
+    assert measured["scroll"] <= measured["client"], measured  # nothing of the name hidden in an overflow
+    left, top, right, bottom = measured["box"]
+    assert measured["lines"], measured
+    for line in measured["lines"]:  # every line inside the name's box and on the first screen
+        assert left - 1 <= line[0] and line[2] <= right + 1 and top - 1 <= line[1] and line[3] <= bottom + 1, measured
+        assert 0 <= line[0] and line[2] <= measured["vw"] and 0 <= line[1] and line[3] <= measured["vh"], measured
+
+    shot = tmp_path / "shot.png"
+    done = _browser(chromium, tmp_path, f"--screenshot={shot}", page.as_uri())
+    assert done.returncode == 0 and shot.exists(), done.stderr
+    width, height, pixels = _png_pixels(shot.read_bytes())
+    assert (width, height) == WINDOW
+    for line in measured["lines"]:
+        x0, y0, x1, y1 = (int(line[0]), int(line[1]), int(line[2] + 0.999), int(line[3] + 0.999))
+        ink = [x for y in range(max(y0, 0), min(y1, height)) for x in range(max(x0, 0), min(x1, width))
+               if _red(pixels[y][x])]
+        assert ink, f"no red ink where the line {line} of the name should be"
+        # the first and the last glyph of the line are drawn: ink within a glyph's width of both ends
+        assert min(ink) <= x0 + 8 and max(ink) >= x1 - 8, (line, min(ink), max(ink))
+
+
+def _red(pixel: tuple[int, ...]) -> bool:
+    """The violation's red text (#cf222e), anti-aliased onto white: red well above green and blue."""
+    r, g, b = pixel[:3]
+    return r >= 120 and r - g >= 50 and r - b >= 40
+
+
+def _png_pixels(data: bytes) -> tuple[int, int, list[list[tuple[int, ...]]]]:
+    """Width, height and rows of pixels of an 8-bit RGB or RGBA PNG (what chromium writes), undoing each row's filter."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", data[16:24])
-    assert (width, height) == (1000, 600)
-    pixels = b"".join(data[i + 8:i + 8 + struct.unpack(">I", data[i:i + 4])[0]]
-                      for i in _chunks(data, b"IDAT"))
-    assert len(set(zlib.decompress(pixels))) > 16  # something was drawn, not a blank page
+    width, height, depth, colour = struct.unpack(">IIBB", data[16:26])
+    assert depth == 8 and colour in (2, 6), (depth, colour)
+    channels = 3 if colour == 2 else 4
+    raw = zlib.decompress(b"".join(data[i + 8:i + 8 + struct.unpack(">I", data[i:i + 4])[0]]
+                                   for i in _chunks(data, b"IDAT")))
+    stride = width * channels
+    rows, previous = [], bytearray(stride)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - channels] if i >= channels else 0
+            b = previous[i]
+            c = previous[i - channels] if i >= channels else 0
+            if kind == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif kind == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif kind == 3:
+                line[i] = (line[i] + (a + b) // 2) & 0xFF
+            elif kind == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        rows.append([tuple(line[x:x + channels]) for x in range(0, stride, channels)])
+        previous = line
+    return width, height, rows
 
 
 def _chunks(data: bytes, kind: bytes):
