@@ -1,8 +1,14 @@
 """The HTML view for a person: per test, a timeline of its phases and each phase's imports as a waterfall tree.
 
-One self-contained page (inline CSS, no script, no network): ``<details>``
-elements make every test, phase and module expandable in any browser. A
-module's bar sits where its load began within the phase and is as long as
+One self-contained page (inline CSS and script, no network). Tests, phases,
+watched chains, device calls and a violation are plain HTML in ``<details>``
+elements. The module trees are data, drawn by a small inline script when a
+phase opens: the tests of a suite load much the same modules (most of
+test/dynamo's import phases the same thousand), so the page stores each
+module name once and each distinct tree (names and who imported whom) once,
+and per phase only the times. As HTML the trees made test/dynamo's page
+tens of MB.
+A module's bar sits where its load began within the phase and is as long as
 the load took, its children (the modules its code imported) nested under it,
 like an import-time waterfall.
 
@@ -13,6 +19,7 @@ like an import-time waterfall.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from html import escape
 
@@ -31,14 +38,15 @@ details.test > summary { font-weight: 600; }
 .outcome.passed { color: #1a7f37; } .outcome.failed, .outcome.error { color: #cf222e; }
 .outcome.skipped, .outcome.xfailed, .outcome.xpassed { color: #9a6700; }
 .message { white-space: pre-wrap; font-family: monospace; font-size: 12px; color: #cf222e; margin: .3em 0; }
-.row { display: grid; grid-template-columns: 26em 6em 5em 1fr; align-items: center; gap: .5em; }
-.row > .name { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.row { display: grid; grid-template-columns: minmax(0, 3fr) 6em 5em minmax(8em, 2fr); align-items: center; gap: .5em; }
+.row > .name { min-width: 0; overflow-wrap: anywhere; }
+.module.violation > .row > .name, .module.violation > summary > .name { color: #cf222e; font-weight: 600; }
 .num { text-align: right; font-family: monospace; font-size: 12px; }
 .track { position: relative; height: 12px; background: #f3f3f3; }
 .bar { position: absolute; top: 0; height: 12px; min-width: 1px; background: #8ab4f8; }
 .phase > summary .bar { background: #3b7ddd; }
 .violation > summary .bar, .module.violation > summary .bar { background: #cf222e; }
-.watched > summary .name { font-weight: 600; }
+.watched > summary > .name, .watched > .row > .name { font-weight: 600; }
 .badge { font-size: 11px; padding: 0 .4em; border-radius: 3px; background: #ddf4ff; margin-left: .3em; }
 .badge.bad { background: #ffebe9; color: #cf222e; }
 .modules { margin-left: 0; }
@@ -60,13 +68,96 @@ _PAGE = """<!DOCTYPE html>
 <title>{title}</title>
 <style>{style}</style>
 </head>
-<body>
+<body{body}>
 <h1>{title}</h1>
 <div class="env">{environment}</div>
 <div class="counts">{counts}</div>
+<noscript><p class="message">Module trees are drawn by this page's script; without it, phases, watched chains,
+device calls and violations still show.</p></noscript>
 {tests}
+<script type="application/json" id="npu-lazy-data">{data}</script>
+<script>{script}</script>
 </body>
 </html>
+"""
+
+
+#: Draws a phase's module tree from the page's data (``_Data``) into its ``.modules`` box: at load for a
+#: phase that starts open, else when the phase is first opened, so a page of a thousand tests stays quick.
+#: The markup is what a static page would have: rows, bars, badges, classes, open ancestors of a violation.
+_SCRIPT = r"""
+(function () {
+  "use strict";
+  var data = JSON.parse(document.getElementById("npu-lazy-data").textContent);
+  var expand = document.body.hasAttribute("data-expand"), watched = {};
+  data.watched.forEach(function (index) { watched[index] = true; });
+
+  function esc(text) {
+    return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+  }
+  function ms(units) {
+    var seconds = units * data.unit;
+    return seconds < 1 ? (seconds * 1000).toFixed(1) + " ms" : seconds.toFixed(2) + " s";
+  }
+  function bar(start, length, span) {
+    span = span || 1e-9;
+    var left = Math.min(Math.max(start / span, 0), 1), width = Math.min(Math.max(length / span, 0), 1 - left);
+    return '<span class="track"><span class="bar" style="left:' + (left * 100).toFixed(2) + "%;width:"
+      + (width * 100).toFixed(2) + '%"></span></span>';
+  }
+
+  function draw(box) {
+    var phase = data.phases[+box.getAttribute("data-m")], tree = data.trees[phase[0]], span = phase[1];
+    var bad = box.getAttribute("data-bad"), count = tree.length / 2;
+    var starts = [], kids = [], roots = [], open = {}, at = 0, i, up;
+    for (i = 0; i < count; i++) {
+      at += phase[2 + 2 * i];
+      starts.push(at);
+      kids.push([]);
+    }
+    for (i = 0; i < count; i++) {
+      up = tree[2 * i + 1];
+      (up ? kids[i - up] : roots).push(i);
+    }
+    function index(i) { return tree[2 * i] < 0 ? ~tree[2 * i] : tree[2 * i]; }
+    for (i = 0; i < count; i++) {  // a violation's importers start open, so its row shows
+      if (data.names[index(i)] !== bad) continue;
+      for (up = i; !open[up]; up -= tree[2 * up + 1]) {
+        open[up] = true;
+        if (!tree[2 * up + 1]) break;
+      }
+    }
+    function module(i, depth) {
+      var name = data.names[index(i)], children = kids[i], length = phase[3 + 2 * i];
+      var classes = "module" + (watched[index(i)] ? " watched" : "") + (name === bad ? " violation" : "");
+      var label = esc(name).replace(/\./g, ".<wbr>") + (tree[2 * i] < 0 ? ' <span class="badge">untracked</span>' : "")
+        + (children.length ? ' <span class="badge">' + children.length + "</span>" : "");
+      var row = '<span class="name" style="padding-left:min(' + depth * 14 + 'px,50%)" title="' + esc(name) + '">'
+        + label + '</span><span class="num">' + ms(length) + '</span><span class="num"></span>'
+        + bar(starts[i], length, span);
+      if (!children.length) {
+        return '<div class="leaf ' + classes + '" data-module="' + esc(name) + '"><div class="row">' + row + "</div></div>";
+      }
+      return '<details class="' + classes + '"' + (expand || open[i] ? " open" : "") + ' data-module="' + esc(name)
+        + '"><summary class="row">' + row + "</summary>"
+        + children.map(function (kid) { return module(kid, depth + 1); }).join("") + "</details>";
+    }
+    box.innerHTML = roots.map(function (i) { return module(i, 0); }).join("");
+  }
+
+  Array.prototype.forEach.call(document.querySelectorAll(".modules[data-m]"), function (box) {
+    var phase = box.parentNode;
+    if (phase.open) {
+      draw(box);
+      return;
+    }
+    phase.addEventListener("toggle", function first() {
+      if (!phase.open) return;
+      phase.removeEventListener("toggle", first);
+      draw(box);
+    });
+  });
+})();
 """
 
 
@@ -81,47 +172,69 @@ def _bar(start: float, duration: float, origin: float, span: float) -> str:
     return f'<span class="track"><span class="bar" style="left:{left:.2f}%;width:{width:.2f}%"></span></span>'
 
 
-def _tree(modules: list[dict]) -> tuple[list[dict], dict[str, list[dict]]]:
-    """Roots (imported by code outside this phase's loads) and each module's children, in load order."""
-    names = {m["name"] for m in modules}
-    children: dict[str, list[dict]] = {}
-    roots = []
-    for module in modules:
-        parent = module.get("parent")
-        if parent in names and parent != module["name"]:
-            children.setdefault(parent, []).append(module)
-        else:
-            roots.append(module)
-    return roots, children
+#: Seconds per time unit in the page's data: 10 µs, finer than the 0.1 ms a row prints.
+UNIT = 1e-5
 
 
-def _module(module: dict, children: dict[str, list[dict]], depth: int, phase: dict, watch: list[str],
-            bad: str | None, expand: bool) -> str:
-    name = module["name"]
-    classes = ["module"]
-    if any(matches(name, pattern) for pattern in watch):
-        classes.append("watched")
-    if name == bad:
-        classes.append("violation")
-    kids = children.get(name, [])
-    label = escape(name) + (' <span class="badge">untracked</span>' if module.get("untracked") else "")
-    if kids:
-        label += f' <span class="badge">{len(kids)}</span>'
-    row = (f'<span class="name" style="padding-left:{depth * 14}px" title="{escape(name)}">{label}</span>'
-           f'<span class="num">{_ms(module["duration"])}</span><span class="num"></span>'
-           + _bar(module["start"], module["duration"], phase["start"], phase["duration"]))
-    if not kids:
-        return f'<div class="leaf {" ".join(classes)}" data-module="{escape(name)}"><div class="row">{row}</div></div>'
-    inner = "".join(_module(kid, children, depth + 1, phase, watch, bad, expand) for kid in kids)
-    return (f'<details class="{" ".join(classes)}"{_open(expand)} data-module="{escape(name)}">'
-            f'<summary class="row">{row}</summary>{inner}</details>')
+class _Data:
+    """What the page's script draws module trees from: each name once, each distinct tree once, times per phase.
+
+    A tree is flat, two numbers per module in load order: the name's index
+    (``~index`` when the module was loaded untracked) and how many places back
+    its importer is (0: a root, imported by code outside this phase's loads).
+    A phase is ``[tree, duration, start, length, start, length, ...]`` in
+    units: each start counted from the previous one (the first from the
+    phase's start), so that the numbers stay short.
+    """
+
+    def __init__(self, watch: list[str]) -> None:
+        self.watch = watch
+        self.names: dict[str, int] = {}
+        self.trees: dict[tuple[int, ...], int] = {}
+        self.phases: list[list[int]] = []
+
+    def add(self, phase: dict) -> int:
+        """Store a phase's modules; the index its ``.modules`` box names."""
+        modules = phase["modules"]
+        first: dict[str, int] = {}
+        for position, module in enumerate(modules):
+            first.setdefault(module["name"], position)
+        tree: list[int] = []
+        times = [self._units(phase["duration"])]
+        previous = 0
+        for position, module in enumerate(modules):
+            index = self.names.setdefault(module["name"], len(self.names))
+            parent = first.get(module.get("parent")) if module.get("parent") != module["name"] else None
+            tree += [~index if module.get("untracked") else index, 0 if parent is None else position - parent]
+            start = self._units(module["start"] - phase.get("start", 0.0))
+            times += [start - previous, self._units(module["duration"])]
+            previous = start
+        self.phases.append([self.trees.setdefault(tuple(tree), len(self.trees))] + times)
+        return len(self.phases) - 1
+
+    @staticmethod
+    def _units(seconds: float) -> int:
+        return round(seconds / UNIT)
+
+    def text(self) -> str:
+        """The data as the page's JSON script element holds it."""
+        watched = [i for name, i in self.names.items() if any(matches(name, pattern) for pattern in self.watch)]
+        text = json.dumps({"unit": UNIT, "names": list(self.names), "watched": watched,
+                           "trees": [list(tree) for tree in self.trees], "phases": self.phases},
+                          separators=(",", ":"))
+        return text.replace("<", "\\u003c")  # no "</script>" inside the script element
+
+
+def _label(name: str) -> str:
+    """A module name that wraps after its dots (anywhere, if a part alone is wider than its column)."""
+    return escape(name).replace(".", ".<wbr>")
 
 
 def _open(expand: bool) -> str:
     return " open" if expand else ""
 
 
-def _phase(phase: dict, total: float, watch: list[str], violation: dict | None, expand: bool) -> str:
+def _phase(phase: dict, total: float, data: _Data, violation: dict | None, expand: bool) -> str:
     bad = violation["module"] if violation and violation.get("phase") == phase["name"] else None
     classes = "phase violation" if bad else "phase"
     badges = "".join(f'<span class="badge">{escape(w["module"])} ({w["count"]})</span>'
@@ -130,18 +243,19 @@ def _phase(phase: dict, total: float, watch: list[str], violation: dict | None, 
     if calls:
         badges += f'<span class="badge">{sum(c["count"] for c in calls)} device calls</span>'
     if bad:
-        badges += f'<span class="badge bad">violation: {escape(bad)}</span>'
+        badges += f'<span class="badge bad">violation: {_label(bad)}</span>'
     row = (f'<span class="name">{escape(phase["name"])}{badges}</span>'
            f'<span class="num">{_ms(phase["duration"])}</span><span class="num">{"?" if phase["module_count"] is None else phase["module_count"]} mod</span>'
            + _bar(phase.get("start", 0.0), phase["duration"], 0.0, total))
     chains = "".join(f'<div class="chain">{escape(" <- ".join(w["chain"]))}'
                      + (f" &nbsp;[at {escape(w['trigger'])}]" if w.get("trigger") else "") + "</div>"
                      for w in phase.get("watched", []))
-    roots, children = _tree(phase.get("modules", []))
-    body = "".join(_module(m, children, 0, phase, watch, bad, expand) for m in roots)
-    return (f'<details class="{classes}"{_open(expand)} data-phase="{escape(phase["name"])}">'
-            f'<summary class="row">{row}</summary>{chains}{_device_calls(calls, bad)}'
-            f'<div class="modules">{body}</div></details>')
+    box = ""
+    if phase.get("modules"):
+        marked = f' data-bad="{escape(bad)}"' if bad else ""
+        box = f'<div class="modules" data-m="{data.add(phase)}"{marked}></div>'
+    return (f'<details class="{classes}"{_open(expand or bool(bad))} data-phase="{escape(phase["name"])}">'
+            f'<summary class="row">{row}</summary>{chains}{_device_calls(calls, bad)}{box}</details>')
 
 
 def _device_calls(calls: list[dict], bad: str | None) -> str:
@@ -157,7 +271,7 @@ def _device_calls(calls: list[dict], bad: str | None) -> str:
     return '<details class="calls"><summary>device calls</summary><ol>' + "".join(items) + "</ol></details>"
 
 
-def _test(test: dict, watch: list[str], expand: bool) -> str:
+def _test(test: dict, data: _Data, expand: bool) -> str:
     phases = test.get("phases", [])
     total = max((p.get("start", 0.0) + p["duration"] for p in phases), default=0.0)
     outcome = test["outcome"]
@@ -166,7 +280,7 @@ def _test(test: dict, watch: list[str], expand: bool) -> str:
     message = ""
     if test.get("message") and outcome in ("failed", "error"):
         message = f'<div class="message">{escape(test["message"])}</div>'
-    body = "".join(_phase(p, total, watch, test.get("violation"), expand) for p in phases)
+    body = "".join(_phase(p, total, data, test.get("violation"), expand) for p in phases)
     is_open = _open(expand or outcome in ("failed", "error"))
     return (f'<details class="test {outcome}"{is_open} data-nodeid="{escape(test["nodeid"])}"><summary>{head}</summary>'
             f"{message}{body}</details>")
@@ -175,7 +289,8 @@ def _test(test: dict, watch: list[str], expand: bool) -> str:
 def render(report: dict, title: str = "pytest-npu-lazy: imports per test and phase", expand: bool = False) -> str:
     """The page for a JSON report document (isolated tests only; module trees need per-module data).
 
-    Failed tests start open; ``expand`` opens everything (for printing and screenshots).
+    Failed tests start open, and so do a violation's phase and the modules it was imported under, so
+    the violating module's row shows in full; ``expand`` opens everything (for printing and screenshots).
     """
     env = report.get("environment", {})
     environment = escape(f"{environment_label(env)}, Python {env.get('python')}, {env.get('platform')}, "
@@ -186,8 +301,10 @@ def render(report: dict, title: str = "pytest-npu-lazy: imports per test and pha
     for test in tests:
         counts[test["outcome"]] = counts.get(test["outcome"], 0) + 1
     count_text = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items())) or "no isolated test"
+    data = _Data(watch)
+    body = "\n".join(_test(t, data, expand) for t in tests)
     return _PAGE.format(title=escape(title), style=_STYLE, environment=environment, counts=escape(count_text),
-                        tests="\n".join(_test(t, watch, expand) for t in tests))
+                        body=" data-expand" if expand else "", tests=body, data=data.text(), script=_SCRIPT)
 
 
 def main(argv: list[str] | None = None) -> int:
