@@ -33,13 +33,18 @@ def _xml(config: pytest.Config):
 # -- in the child -------------------------------------------------------------
 
 class _ChannelFile:
-    """A text file whose writes become ``terminal`` messages while the test runs."""
+    """A text file whose writes become ``terminal`` messages while the test runs, and go nowhere otherwise.
 
-    def __init__(self, outputs: "ChildOutputs") -> None:
+    ``outputs`` is None in a module zygote, which has no pytest process to
+    write to: what its collection writes was already shown when the pytest
+    process collected.
+    """
+
+    def __init__(self, outputs: "ChildOutputs | None" = None) -> None:
         self.outputs = outputs
 
     def write(self, text: str) -> int:
-        if self.outputs.sending and text:
+        if self.outputs is not None and self.outputs.sending and text:
             send(self.outputs.channel, Terminal(text))
         return len(text)
 
@@ -51,7 +56,7 @@ class _ChannelFile:
 
 
 class _TerminalStandIn:
-    """Registered as ``terminalreporter`` in the child: its writer, without its hooks.
+    """Registered as ``terminalreporter`` in a child or module zygote: its writer, without its hooks.
 
     Code that writes through ``config.get_terminal_writer()`` or the reporter
     (live logging, ``--setup-show``, pytest-timeout's stack dump) reaches the
@@ -59,11 +64,37 @@ class _TerminalStandIn:
     progress and results, are not registered.
     """
 
-    def __init__(self, reporter: Any) -> None:
+    def __init__(self, reporter: Any, file: _ChannelFile) -> None:
         self._reporter = reporter
+        self._file = file
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._reporter, name)
+
+
+def silence_terminal(config: pytest.Config) -> "_ChannelFile | None":
+    """Take the terminal reporter's hooks and writer away from this process; the file it now writes to.
+
+    A forked test child and a module zygote are copies of the pytest
+    process, terminal reporter included: left registered, its hooks print
+    the copy's own collection ("collected 6 items", the file name before
+    the progress dots) into the pytest process's terminal, in the middle of
+    its progress line. What they would say, the pytest process says from
+    its own collection and from the reports. A module zygote silences it
+    before it collects; the children forked from it find it silenced and
+    only point its file at their channel.
+    """
+    manager = config.pluginmanager
+    reporter = manager.get_plugin("terminalreporter")
+    if reporter is None:
+        return None
+    if isinstance(reporter, _TerminalStandIn):
+        return reporter._file
+    file = _ChannelFile()
+    compat.redirect_terminal_writer(reporter, file)
+    manager.unregister(reporter)
+    manager.register(_TerminalStandIn(reporter, file), "terminalreporter")
+    return file
 
 
 class ChildOutputs:
@@ -72,12 +103,10 @@ class ChildOutputs:
     def __init__(self, channel, config: pytest.Config) -> None:
         self.channel = channel
         self.sending = False  # collection output was shown when the pytest process collected
+        file = silence_terminal(config)
+        if file is not None:
+            file.outputs = self
         manager = config.pluginmanager
-        reporter = manager.get_plugin("terminalreporter")
-        if reporter is not None:
-            compat.redirect_terminal_writer(reporter, _ChannelFile(self))
-            manager.unregister(reporter)
-            manager.register(_TerminalStandIn(reporter), "terminalreporter")
         self.xml = _xml(config)
         if self.xml is not None:
             manager.unregister(self.xml)  # the pytest process writes this test's XML from its reports
