@@ -3,8 +3,8 @@
 An isolated test must look to pytest and its plugins exactly like an
 in-process one, and a few of the things that takes have no public API: the
 session's setup state, the capture manager's global capture, the base
-temporary directory, the terminal reporter's writer, the JUnit XML object and
-pytest's parsing of collection arguments. Nothing else in this package
+temporary directory, the terminal reporter's writer, the JUnit XML object,
+pytest's parsing of collection arguments and its warning filters. Nothing else in this package
 imports ``_pytest`` or touches a private attribute of a pytest object
 (test/plugin/test_compat.py checks that); where pytest has a public
 equivalent (``pytest.TestReport``, ``pytest.exit.Exception``,
@@ -106,6 +106,49 @@ def redirect_terminal_writer(reporter: Any, file: Any) -> None:
     writer.hasmarkup, writer.code_highlight = inherited.hasmarkup, inherited.code_highlight
     writer.fullwidth = inherited.fullwidth
     reporter._tw = writer
+
+
+def add_lowest_warning_filter(config: pytest.Config, line: str) -> None:
+    """Put ``line`` first among the ``filterwarnings`` ini lines, where every other filter overrides it.
+
+    pytest applies the ini lines in order (a later one wins), then ``-W``,
+    then ``@pytest.mark.filterwarnings``; ``config.addinivalue_line`` would
+    append, beating the user's own ``filterwarnings = error``. There is no
+    public way to prepend: this changes the list ``getini`` caches, as
+    ``addinivalue_line`` itself does. Checked: pytest 8.0.0-9.2.0
+    (``Config.getini`` returns the cached list; ``Config.addinivalue_line``
+    appends to it).
+    """
+    lines = config.getini("filterwarnings")
+    assert isinstance(lines, list)
+    lines.insert(0, line)
+
+
+def filter_warning(config: pytest.Config, message: Warning, filename: str) -> list:
+    """``message`` as pytest would record it during a test: through ``filterwarnings`` and ``-W``.
+
+    Returns the ``warnings.WarningMessage`` to record (none when a filter
+    ignores it; one when a filter makes it an error: it belongs to no test
+    that could fail, so it is shown). The plugin's own warnings (what a
+    zygote's preload printed) get the user's filters this way; pytest
+    applies them only around its own hooks and has no public function for
+    them. Checked: pytest 8.0.0-9.2.0
+    (``_pytest.config.apply_warning_filters``,
+    ``Config.known_args_namespace.pythonwarnings``).
+    """
+    import warnings
+
+    from _pytest.config import apply_warning_filters
+
+    category = type(message)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        apply_warning_filters(config.getini("filterwarnings"), config.known_args_namespace.pythonwarnings or [])
+        try:
+            warnings.warn_explicit(message, category, filename, 0, module=filename, registry={})
+        except Warning:
+            return [warnings.WarningMessage(message, category, filename, 0)]
+    return list(caught)
 
 
 def junit_xml(config: pytest.Config) -> Any:

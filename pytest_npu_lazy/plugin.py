@@ -80,11 +80,11 @@ def pytest_configure(config: pytest.Config) -> None:
     _activate_cann(config)
     cann = config.stash[_CANN_KEY]
     from .isolation.messages import CHILD_FD_ENV
-    from .reports.environment import NpuGate, hidden_warnings
+    from .reports import known_warnings
+    from .reports.environment import NpuGate
     from .reports.reporter import Reporter
 
-    for hidden in hidden_warnings(cann):  # the header says why
-        config.addinivalue_line("filterwarnings", hidden.filter)
+    known_warnings.hide(config, cann)  # the header says why; the user's own filters still win
     from .python_c import pool as pypool
 
     pypool.activate(config)  # run_python forks from zygotes while this session lasts

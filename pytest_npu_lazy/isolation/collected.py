@@ -21,6 +21,7 @@ from ..settings import TestSettings
 from .child import (ChildRelay, CollectionObserver, TestRun, become_forked_child, collect_in_phase,
                     leave_pytest_roles, serve_test)
 from .inherit import adopt_basetemp, private_capture
+from .outputs import silence_terminal
 from .protocol import Channel
 from .target import Target, TargetError
 
@@ -43,6 +44,7 @@ class ModuleCollection:
         config = session.config
         leave_pytest_roles(config)
         private_capture(config)  # what the import prints must not land in the pytest process's capture files
+        silence_terminal(config)  # nor what collecting says ("collected 6 items") in its terminal
         adopt_basetemp(config, target.basetemp)
         self.observer = WarningKeeper()
         config.pluginmanager.register(self.observer, "npu_lazy_module_collection")

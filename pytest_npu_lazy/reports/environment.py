@@ -15,6 +15,7 @@ import pytest
 
 from ..cann import CannStatus, npu_device_usable
 from ..cann.common import distribution_version
+from .known_warnings import hidden_warnings
 
 REQUIRES_NPU_HELP = (
     "requires_npu(emulated=False): the test needs a real NPU device; it skips, saying why, on the CANN host "
@@ -35,37 +36,6 @@ def triton_flavour() -> tuple[str, str | None]:
 
 
 @dataclass(frozen=True)
-class HiddenWarning:
-    """A third-party warning that is false in this environment: hidden, with the reason in the header."""
-
-    message: str
-    reason: str
-
-    @property
-    def filter(self) -> str:
-        """As a ``filterwarnings`` line: ignore this message (a regex matched at its start) as a UserWarning."""
-        return f"ignore:{self.message}:UserWarning"
-
-
-def hidden_warnings(cann: CannStatus) -> list[HiddenWarning]:
-    """torch_npu's warnings that would mislead here, each with why it is wrong.
-
-    On the host stub with triton-ascend installed, torch_npu's first compiled
-    call warns "triton-ascend is not installed" because torch's
-    ``has_triton()`` asks for a CUDA/XPU device (none here), not because the
-    package is missing; shown in every test's warnings it sends people to
-    reinstall a package they have.
-    """
-    flavour, version = triton_flavour()
-    if cann.active != "stub" or flavour != "triton-ascend":
-        return []
-    return [HiddenWarning(
-        "triton-ascend is not installed",
-        f"triton-ascend {version} is installed; torch_npu says otherwise because torch's has_triton() "
-        "finds no GPU or NPU device on the CANN host stub")]
-
-
-@dataclass(frozen=True)
 class Environment:
     torch: str | None
     torch_npu: str | None
@@ -77,7 +47,7 @@ class Environment:
     device: str
     python: str
     platform: str
-    #: warnings hidden because they are false here, with the reason: ``[{"message", "reason"}]``
+    #: warnings hidden because they are false or harmless here, with the reason: ``[{"message", "reason", ...}]``
     hidden_warnings: tuple = ()
 
     def header_lines(self) -> list[str]:
@@ -86,7 +56,9 @@ class Environment:
             f"npu_lazy: torch {self.torch or 'absent'}, torch_npu {self.torch_npu or 'absent'}, "
             f"triton {triton}, device {self.device}",
             f"npu_lazy: {self.cann}",
-        ] + [f"npu_lazy: hiding the warning {w['message']!r}: {w['reason']}" for w in self.hidden_warnings]
+        ] + [f"npu_lazy: hiding the warning {w['message']!r}: {w['reason']}" for w in self.hidden_warnings] + (
+            ["npu_lazy: (each is an ini-level filter: -W default, or a filterwarnings line of yours naming it, "
+             "shows it again)"] if self.hidden_warnings else [])
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -125,7 +97,7 @@ def describe(cann: CannStatus, npu_checked: tuple[bool, str] | None = None) -> E
         cann_mode=cann.active, cann_version=cann.version, cann=cann.header(),
         triton_flavour=flavour, triton=triton, device=device,
         python=platform.python_version(), platform=f"{sys.platform}-{platform.machine()}",
-        hidden_warnings=tuple(asdict(w) for w in hidden_warnings(cann)),
+        hidden_warnings=tuple(w.to_dict() for w in hidden_warnings(cann)),
     )
 
 

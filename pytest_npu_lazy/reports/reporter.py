@@ -9,7 +9,6 @@ there is one place that sees every test, and ``-n 2`` writes one file.
 
 from __future__ import annotations
 
-import textwrap
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 
 from .. import compat
-from . import budget
+from . import budget, terminal
 from .schema import (ReportError, document, load_baseline, relative_paths, result_entry,
                      write_json, write_text)
 
@@ -35,6 +34,10 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--npu-lazy-html", metavar="PATH", default=None,
                     help="write an HTML page: per test a timeline of its phases, the modules of each as an "
                          "expandable import tree with durations")
+    group.addoption("--npu-lazy-summary", choices=terminal.SUMMARY_CHOICES, default="auto",
+                    help="which isolated tests the end-of-run section 'npu_lazy: phases and watched modules' "
+                         "lists: auto (default: those that failed, broke a guarantee or their import budget, or "
+                         "could not be judged against it; every test with -v), failed, all, none")
     group.addoption("--npu-lazy-save-baseline", metavar="FILE", default=None,
                     help="write the import budget baseline: per test and phase, the modules it loads")
     group.addoption("--npu-lazy-baseline", metavar="FILE", default=None,
@@ -96,13 +99,6 @@ class Result:
                             summary=self.summary, with_modules=with_modules)
 
 
-def _modules(phase: dict) -> str:
-    """'12 modules', or why the count is unknown (the child died before it could report it)."""
-    if phase.get("module_count") is None:
-        return "modules unknown: the child died" if phase.get("unfinished") else "modules unknown"
-    return f"{phase['module_count']} modules"
-
-
 def _failure_message(report: pytest.TestReport) -> str:
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else report.longreprtext
@@ -122,7 +118,8 @@ def junit_properties(result: Result) -> list[tuple[str, str]]:
     phases = summary.get("phases", [])
     props = [
         ("npu_lazy.isolation", str(summary.get("isolation"))),
-        ("npu_lazy.phases", ", ".join(f"{p['name']} {p['duration']:.3f}s ({_modules(p)})" for p in phases)),
+        ("npu_lazy.phases", ", ".join(f"{p['name']} {p['duration']:.3f}s ({terminal.phase_modules(p)})"
+                                      for p in phases)),
     ]
     first: dict[str, tuple[str, dict]] = {}
     for phase in phases:
@@ -278,23 +275,37 @@ class Reporter:
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
     # -- the terminal -------------------------------------------------------
+    def _verdict(self, result: Result) -> str | None:
+        """The budget gate's word on one test, when a baseline is checked."""
+        if self.baseline is None:
+            return None
+        if result.budget:
+            return f"OVER: {budget.short(result.budget)}"
+        if result.nodeid not in self.baseline["tests"]:
+            return "not in the baseline, not judged"
+        if result.not_judged:
+            return f"not judged: {result.not_judged}"
+        return "within the baseline"
+
     def pytest_terminal_summary(self, terminalreporter: Any, config: pytest.Config) -> None:
         if not self._reporting():
             return
         verbosity = config.get_verbosity()
-        entries = [r.entry(with_modules=verbosity > 1) for r in self.results.values() if r.summary is not None]
+        width = config.get_terminal_writer().fullwidth
         write = terminalreporter.write_line
-        shown = entries if verbosity >= 0 else [e for e in entries if _offending(e)]
-        if shown:
-            terminalreporter.write_sep("=", "npu_lazy: phases and watched modules")
-            for entry in shown:
-                for text, markup in summary_lines(entry, verbosity, config.get_terminal_writer().fullwidth):
+        isolated = {r.nodeid: r for r in self.results.values() if r.summary is not None}
+        entries = [r.entry(with_modules=verbosity > 1) for r in isolated.values()]
+        listed = terminal.shown(entries, config.getoption("npu_lazy_summary"), verbosity)
+        if listed:
+            terminalreporter.write_sep("=", terminal.SECTION)
+            for entry in listed:
+                verdict = self._verdict(isolated[entry["nodeid"]])
+                for text, markup in terminal.entry_lines(entry, verbosity, width, verdict):
                     write(text, **markup)
         if self.baseline is not None:
             over = [e for e in self.results.values() if e.budget]
             terminalreporter.write_sep("=", "npu_lazy import budget", red=bool(over), green=not over)
-            isolated = [r for r in self.results.values() if r.summary is not None]
-            known = [r for r in isolated if r.nodeid in self.baseline["tests"]]
+            known = [r for r in isolated.values() if r.nodeid in self.baseline["tests"]]
             judged = sum(1 for r in known if r.not_judged is None)
             if over:
                 for result in over:
@@ -315,78 +326,3 @@ class Reporter:
             write(f"npu_lazy: wrote the {line}")
         for line in self.write_errors:
             write(f"npu_lazy: {line}", red=True)
-
-
-def _offending(entry: dict) -> bool:
-    return bool(entry["violation"] or entry["budget"]) or entry["outcome"] in ("failed", "error")
-
-
-_MARKUP = {"passed": {"green": True}, "failed": {"red": True}, "error": {"red": True},
-           "xpassed": {"yellow": True}, "xfailed": {"yellow": True}, "skipped": {"yellow": True}}
-
-
-def summary_lines(entry: dict, verbosity: int = 0, line_width: int = 120) -> list[tuple[str, dict]]:
-    """The terminal summary of one isolated test: a line for it, then its phases.
-
-    Verbosity 0: the phases on one line, with each phase's watched first
-    loads. ``-v``: a line per phase with module counts and each watched
-    module's import chain. ``-vv``: every module per phase too, wrapped to
-    ``line_width`` (a phase can load 1,500 modules: one line of them would be
-    10,000 characters wide); the JSON report (``--npu-lazy-json-modules``) has
-    them as data.
-    """
-    violation = entry.get("violation") or {}
-    over = {p["phase"] for p in entry.get("budget") or []}
-    head = f"{entry['outcome'].upper()} {entry['nodeid']}  ({entry['isolation']}, {entry['duration']:.2f} s)"
-    lines = [(head, _MARKUP.get(entry["outcome"], {}))]
-
-    def marks(phase: dict) -> str:
-        text = ""
-        if violation.get("phase") == phase["name"]:
-            verb = {"loaded": "must not be loaded", "device_call": "must not be called"}.get(violation["kind"],
-                                                                                             "was not loaded")
-            text += f"  << VIOLATION: {violation['module']} {verb}"
-        if phase["name"] in over:
-            text += "  << OVER BUDGET"
-        return text
-
-    def watched(phase: dict) -> str:
-        """``torch._dynamo (101)``; ``torch._dynamo.* (8)`` where only submodules of a pattern loaded here."""
-        return ", ".join(f"{w['pattern'] if w['module'] == w['pattern'] else w['pattern'] + '.*'} ({w['count']})"
-                         for w in phase["watched"])
-
-    if verbosity <= 0:
-        parts = []
-        for phase in entry["phases"]:
-            part = f"{phase['name']} {phase['duration']:.3f}s" + (" (died here)" if phase.get("unfinished") else "")
-            if phase["module_count"]:
-                part += f" +{phase['module_count']}"
-            if phase["watched"]:
-                part += f" [{watched(phase)}]"
-            parts.append(part + marks(phase))
-        lines.append(("    " + " | ".join(parts), {}))
-        return lines
-    depth: dict[str, int] = {}
-    for phase in entry["phases"]:
-        depth[phase["name"]] = depth.get(phase.get("parent"), -1) + 1 if phase.get("parent") in depth else 0
-        indent = "    " + "  " * depth[phase["name"]]
-        width = max(16 - 2 * depth[phase["name"]], len(phase["name"]))
-        text = f"{indent}{phase['name']:<{width}} {phase['duration']:8.3f} s {_modules(phase):>14}"
-        if phase["watched"]:
-            text += f"   {watched(phase)}"
-        mark = marks(phase)
-        lines.append((text + mark, {"red": True} if mark else {}))
-        for w in phase["watched"]:
-            at = f"   [at {w['trigger']}]" if w.get("trigger") else ""
-            lines.append((f"{indent}    {' <- '.join(w['chain'])}{at}", {}))  # one chain, one line: grep finds it
-        if verbosity > 1 and phase.get("modules"):
-            lines += _wrapped(f"modules: {', '.join(m['name'] for m in phase['modules'])}", f"{indent}    ", line_width)
-    return lines
-
-
-def _wrapped(text: str, indent: str, width: int) -> list[tuple[str, dict]]:
-    """``text`` in lines of at most ``width`` characters (a longer single word stays whole), continued deeper."""
-    return [(line, {}) for line in textwrap.wrap(text, width=max(width, len(indent) + 40), initial_indent=indent,
-                                                 subsequent_indent=indent + "  ", break_long_words=False,
-                                                 break_on_hyphens=False)]
-

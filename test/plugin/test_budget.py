@@ -132,6 +132,9 @@ def test_gate_passes_then_fails_naming_the_test(gated, run_pytest, monkeypatch):
     text = over.text()
     assert "ERROR at teardown of test_imports" in text
     assert "OVER BUDGET test_gate.py::test_imports: import: new watched heavy.lazy; import: 4 modules (baseline 3)" in text
+    section = " ".join(text.split("npu_lazy: phases and watched modules", 1)[1].split("npu_lazy import budget")[0].split())
+    assert "ERROR test_gate.py::test_imports" in section and "test_steady" not in section  # within: not listed
+    assert "budget: OVER: import: new watched heavy.lazy; import: 4 modules (baseline 3)" in section
     if Version(pytest.__version__) >= Version("9"):  # pytest 8 writes no message after an error's node id there
         assert "ERROR test_gate.py::test_imports - npu_lazy import budget exceeded" in text
     case = next(c for c in ET.parse(gated.path / "junit.xml").getroot().iter("testcase") if c.get("name") == "test_imports")
@@ -206,6 +209,9 @@ def test_cold_and_warm_inductor_cache_give_the_same_verdict(run_pytest, pytester
     assert cold.outcomes == {"test_compiles.py::test_compiles": "passed"}, cold.text()
     assert "1 isolated test(s) not judged, not comparable with the baseline: Inductor cache cold now, " \
            "warm in the baseline" in cold.text()
+    listed = " ".join(cold.text().split("npu_lazy: phases and watched modules", 1)[1].split())
+    assert "PASSED test_compiles.py::test_compiles" in listed  # passed, but not judged: listed with the reason
+    assert "budget: not judged: Inductor cache cold now, warm in the baseline" in listed
     (entry,) = json.loads((pytester.path / "cold.json").read_text())["tests"]
     assert entry["inductor_cache"] == "cold"
     assert entry["budget_not_judged"] == "Inductor cache cold now, warm in the baseline"

@@ -202,15 +202,23 @@ def test_junit_properties_under_xdist(suite, run_pytest):
 def test_terminal_summary(suite, run_pytest):
     text = run_pytest().result.stdout.str()
     section = text.split("npu_lazy: phases and watched modules", 1)[1]
-    assert "PASSED test_suite.py::test_import_ok  (fork," in section
-    assert re.search(r"\| import \d+\.\d{3}s \+3 \[heavy\.helpers \(1\), heavy \(3\)\] \| teardown", section)
+    assert "FAILED test_suite.py::test_import_violates  (fork," in section
     assert "<< VIOLATION: heavy.helpers must not be loaded" in section
     assert "<< VIOLATION: heavy was not loaded" in section
+    assert "ERROR test_suite.py::test_setup_error  (fork," in section
+    assert "test_import_ok" not in section  # passed: shown with -v or --npu-lazy-summary=all
     assert "test_not_isolated" not in section  # not isolated: nothing to say
 
+    every = run_pytest("--npu-lazy-summary=all").result.stdout.str().split("npu_lazy: phases and watched modules", 1)[1]
+    assert "PASSED test_suite.py::test_import_ok  (fork," in every
+    assert re.search(r"\| import \d+\.\d{3}s \+3 \[heavy\.helpers \(1\), heavy \(3\)\] \| teardown",
+                     " ".join(every.split()))  # the phases, wrapped between them to the terminal's width
+    assert "test_not_isolated" not in every
+
     verbose = run_pytest("-v").result.stdout.str().split("npu_lazy: phases and watched modules", 1)[1]
-    assert re.search(rf"heavy\.helpers <- heavy\.core.* <- test_suite \(test_suite\.py:{IMPORT_LINE} in test_import_ok\)",
-                     verbose)
+    flat = " ".join(verbose.split())  # a chain wider than the terminal is wrapped between its links
+    assert re.search(rf"heavy\.helpers <- heavy\.core.* <- test_suite \(test_suite\.py:{IMPORT_LINE} in "
+                     r"test_import_ok\)", flat)
     assert "3 modules" in verbose
 
     quiet = run_pytest("-q").result.stdout.str().split("npu_lazy: phases and watched modules", 1)[1]

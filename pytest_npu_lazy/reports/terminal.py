@@ -1,0 +1,160 @@
+"""The end-of-run section "npu_lazy: phases and watched modules", written the way pytest's own are.
+
+pytest's summaries show what needs a look and leave the rest out unless
+asked: failures always, passes with ``-rA``, a line per test with ``-v``.
+A section with two lines for every isolated test buries the warnings summary
+and the failures of a large run (281 lines for test/dynamo), and lines of
+300 characters wrap into noise in a terminal and in CI logs. So, by default,
+only tests that failed, errored, broke a guarantee, went over their import
+budget or could not be judged against it are shown, with their phases, the
+violating module's import chain and the budget verdict; ``-v`` (or
+``--npu-lazy-summary=all``) shows every isolated test; every line fits the
+terminal's width. The data behind it is the JSON report's (``result_entry``).
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+SECTION = "npu_lazy: phases and watched modules"
+#: ``--npu-lazy-summary``: auto (failed and not judged; everything with -v), failed, all, none
+SUMMARY_CHOICES = ("auto", "failed", "all", "none")
+
+_MARKUP = {"passed": {"green": True}, "failed": {"red": True}, "error": {"red": True},
+           "xpassed": {"yellow": True}, "xfailed": {"yellow": True}, "skipped": {"yellow": True}}
+#: joins the parts that may be broken between, inside a text that is wrapped
+_KEEP = "\x00"
+
+
+def needs_attention(entry: dict) -> bool:
+    """Failed or errored, broke a guarantee, over budget, or not comparable with the budget's baseline."""
+    return (bool(entry["violation"] or entry["budget"] or entry.get("budget_not_judged"))
+            or entry["outcome"] in ("failed", "error"))
+
+
+def shown(entries: list[dict], choice: str, verbosity: int) -> list[dict]:
+    """The entries the section lists for ``--npu-lazy-summary=choice`` at this verbosity."""
+    if choice == "none":
+        return []
+    if choice == "all" or (choice == "auto" and verbosity > 0):
+        return list(entries)
+    return [entry for entry in entries if needs_attention(entry)]
+
+
+def fit(units: list[str], indent: str, width: int, deeper: str = "  ") -> list[str]:
+    """``units`` joined by spaces, in lines of at most ``width`` characters, broken between units.
+
+    A unit is kept whole where it fits a line (a chain's link, a phase's
+    time, a watched module list, a violation mark), and the spaces it starts
+    with separate it from the one before on the same line; one wider than a line is
+    broken between its words, and a word wider than a line is cut across
+    lines: no line is wider than ``width`` (at least 40 characters beyond
+    the indent, as narrow terminals still need room). Continuation lines are
+    indented ``deeper``.
+    """
+    width = max(width, len(indent) + len(deeper) + 40)
+    room = width - len(indent) - len(deeper)
+    pieces: list[str] = []
+    for unit in filter(None, units):
+        pad = len(unit) - len(unit.lstrip(" "))  # more space before a unit on the same line; none after a break
+        unit = unit.lstrip(" ")
+        if pieces and pad > 1:
+            pieces[-1] += _KEEP * (pad - 1)
+        pieces.append(unit if len(unit) > room else unit.replace(" ", _KEEP))
+    lines = textwrap.wrap(" ".join(pieces), width=width, initial_indent=indent, subsequent_indent=indent + deeper,
+                          break_long_words=True, break_on_hyphens=False)
+    return [line.replace(_KEEP, " ").rstrip() for line in lines]
+
+
+def joined(groups: list[list[str]], separator: str) -> list[str]:
+    """The units of several groups, ``separator`` ending each group but the last (``|``, ``<-``, ``,``)."""
+    units: list[str] = []
+    for i, group in enumerate(groups):
+        group = [unit for unit in group if unit]
+        if i < len(groups) - 1 and group:
+            group[-1] += separator
+        units += group
+    return units
+
+
+def entry_lines(entry: dict, verbosity: int = 0, width: int = 80,
+                verdict: str | None = None) -> list[tuple[str, dict]]:
+    """The section's lines for one isolated test, each with its terminal markup.
+
+    Verbosity 0 (and ``-q``): the phases on one line (wrapped), each with
+    its watched first loads. ``-v``: a line per phase with module counts
+    and each watched module's import chain with the line that asked for it.
+    ``-vv``: every module per phase too (a phase can load 1,500 modules:
+    the JSON report, ``--npu-lazy-json-modules``, has them as data). Then
+    the violating module's import chain, and ``verdict``, the budget gate's
+    word on the test when a baseline is checked.
+    """
+    violation = entry.get("violation") or {}
+    over = {p["phase"] for p in entry.get("budget") or []}
+    markup = _MARKUP.get(entry["outcome"], {})
+    head = [entry["outcome"].upper(), entry["nodeid"], f"  ({entry['isolation']}, {entry['duration']:.2f} s)"]
+    lines = [(text, markup) for text in _head(head, width)]
+
+    def marks(phase: dict) -> list[str]:
+        found = []
+        if violation.get("phase") == phase["name"]:
+            verb = {"loaded": "must not be loaded", "device_call": "must not be called"}.get(violation["kind"],
+                                                                                             "was not loaded")
+            found.append(f"  << VIOLATION: {violation['module']} {verb}")
+        if phase["name"] in over:
+            found.append("  << OVER BUDGET")
+        return found
+
+    def watched(phase: dict) -> str:
+        """``torch._dynamo (101)``; ``torch._dynamo.* (8)`` where only submodules of a pattern loaded here."""
+        return ", ".join(f"{w['pattern'] if w['module'] == w['pattern'] else w['pattern'] + '.*'} ({w['count']})"
+                         for w in phase["watched"])
+
+    if verbosity <= 0:
+        groups = []
+        for phase in entry["phases"]:
+            part = f"{phase['name']} {phase['duration']:.3f}s" + (" (died here)" if phase.get("unfinished") else "")
+            if phase["module_count"]:
+                part += f" +{phase['module_count']}"
+            groups.append([part, f"[{watched(phase)}]" if phase["watched"] else "", *marks(phase)])
+        lines += [(text, {}) for text in fit(joined(groups, " |"), "    ", width)]
+    else:
+        depth: dict[str, int] = {}
+        for phase in entry["phases"]:
+            depth[phase["name"]] = depth.get(phase.get("parent"), -1) + 1 if phase.get("parent") in depth else 0
+            indent = "    " + "  " * depth[phase["name"]]
+            name_width = max(16 - 2 * depth[phase["name"]], len(phase["name"]))
+            text = f"{indent}{phase['name']:<{name_width}} {phase['duration']:8.3f} s {phase_modules(phase):>14}"
+            mark = marks(phase)
+            units = [text.strip(), f"   {watched(phase)}" if phase["watched"] else "", *mark]
+            lines += [(line, {"red": True} if mark else {}) for line in fit(units, indent, width, deeper="    ")]
+            for w in phase["watched"]:
+                links = joined([[link] for link in w["chain"]], " <-") + ([f"[at {w['trigger']}]"]
+                                                                          if w.get("trigger") else [])
+                lines += [(line, {}) for line in fit(links, indent + "    ", width)]
+            if verbosity > 1 and phase.get("modules"):
+                names = [m["name"] for m in phase["modules"]]
+                lines += [(line, {}) for line in fit(joined([["modules:", names[0]], *[[n] for n in names[1:]]], ","),
+                                                     indent + "    ", width)]
+    if len(violation.get("chain") or ()) > 1:  # a loaded module's import chain, a device call's Python line
+        links = joined([["violation:", violation["chain"][0]], *[[link] for link in violation["chain"][1:]]], " <-")
+        lines += [(line, {"red": True}) for line in fit(links, "    ", width)]
+    if verdict:
+        lines += [(line, {}) for line in fit(["budget:", verdict], "    ", width)]
+    return lines
+
+
+def _head(parts: list[str], width: int) -> list[str]:
+    """``OUTCOME nodeid (fork, 1.00 s)``: the node id is never broken (pytest does not break it either)."""
+    outcome, nodeid, tail = parts
+    first = f"{outcome} {nodeid}"
+    if len(first) + len(tail) <= width:
+        return [first + tail]
+    return [first, "    " + tail.strip()]
+
+
+def phase_modules(phase: dict) -> str:
+    """'12 modules', or why the count is unknown (the child died before it could report it)."""
+    if phase.get("module_count") is None:
+        return "modules unknown: the child died" if phase.get("unfinished") else "modules unknown"
+    return f"{phase['module_count']} modules"

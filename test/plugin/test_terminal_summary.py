@@ -1,0 +1,161 @@
+"""The end-of-run section "npu_lazy: phases and watched modules" follows pytest's habits.
+
+By default it lists only isolated tests that need a look (failed, errored,
+broke a guarantee or their import budget, or could not be judged against
+it), with their phases, the violating module's chain and the budget verdict;
+every isolated test with ``-v`` or ``--npu-lazy-summary=all``; and no line
+is wider than the terminal.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from pytest_npu_lazy.reports.terminal import SECTION, entry_lines, fit, shown
+
+CHAIN = ["torch._inductor", "torch._inductor.compiler_bisector",
+         "torch (torch/__init__.py:2797 in compile)",
+         "pytest_npu_lazy.probe.fixture (<site-packages>/pytest_npu_lazy/probe/fixture.py:354 in NpuLazy.compile)",
+         "test_x (test_x.py:7 in test_wrapper)"]
+
+
+def _phase(name: str, count: int = 0, watched: list | None = None, **extra) -> dict:
+    return {"name": name, "parent": None, "duration": 0.1234, "module_count": count, "watched": watched or [],
+            **extra}
+
+
+def _entry(nodeid: str = "test/dynamo/test_wrapper.py::test_wrapper_runs_dynamo_setup_only[plain]",
+           outcome: str = "passed", **extra) -> dict:
+    watched = [{"pattern": p, "module": p, "count": n, "chain": CHAIN, "trigger": "torch/__init__.py:2797 in compile"}
+               for p, n in (("torch._dynamo", 101), ("torch._inductor", 181), ("triton", 54))]
+    entry = {"nodeid": nodeid, "outcome": outcome, "duration": 4.4, "isolation": "fork", "violation": None,
+             "budget": None, "budget_not_judged": None,
+             "phases": [_phase("collect", 5), _phase("setup"), _phase("test"), _phase("wrap", 856, watched),
+                        _phase("first_call", 15), _phase("teardown")]}
+    entry.update(extra)
+    return entry
+
+
+VIOLATION = {"kind": "loaded", "module": "torch._inductor", "phase": "wrap", "chain": CHAIN}
+
+
+def test_by_default_only_what_needs_a_look_is_listed_and_everything_with_v():
+    passed, failed, error = _entry("a", "passed"), _entry("b", "failed"), _entry("c", "error")
+    violated = _entry("d", "passed", violation=VIOLATION)  # e.g. a violation that an xfail expected
+    over = _entry("e", "passed", budget=[{"phase": "wrap", "kind": "watched", "pattern": "triton"}])
+    not_judged = _entry("f", "passed", budget_not_judged="Inductor cache cold now, warm in the baseline")
+    skipped, xfailed = _entry("g", "skipped"), _entry("h", "xfailed")
+    entries = [passed, failed, error, violated, over, not_judged, skipped, xfailed]
+    attention = [failed, error, violated, over, not_judged]
+    assert shown(entries, "auto", 0) == attention
+    assert shown(entries, "auto", -1) == attention
+    assert shown(entries, "auto", 1) == entries
+    assert shown(entries, "failed", 2) == attention
+    assert shown(entries, "all", 0) == entries
+    assert shown(entries, "none", 1) == []
+
+
+@pytest.mark.parametrize("verbosity", [0, 1, 2])
+@pytest.mark.parametrize("width", [80, 120])
+def test_no_line_is_wider_than_the_terminal(verbosity, width):
+    entry = _entry(outcome="failed", violation=VIOLATION,
+                   budget=[{"phase": "wrap", "kind": "watched", "pattern": "triton"}])
+    entry["phases"][3]["modules"] = [{"name": f"torch._inductor.module_number_{i}"} for i in range(60)]
+    lines = entry_lines(entry, verbosity, width, verdict="OVER: wrap: new watched triton; wrap: 856 modules "
+                                                          "(baseline 700)")
+    too_wide = [text for text, _ in lines if len(text) > width]
+    assert too_wide == [], "\n".join(text for text, _ in lines)
+    flat = " ".join(" ".join(text for text, _ in lines).split())
+    assert "<< VIOLATION: torch._inductor must not be loaded" in flat
+    assert "violation: " + " <- ".join(CHAIN) in flat  # wrapped between its links, nothing lost
+    assert "budget: OVER: wrap: new watched triton; wrap: 856 modules (baseline 700)" in flat
+    if verbosity == 0:
+        assert "wrap 0.123s +856 [torch._dynamo (101), torch._inductor (181), triton (54)]" in flat
+    else:
+        assert " <- ".join(CHAIN) + " [at torch/__init__.py:2797 in compile]" in flat
+
+
+def test_a_unit_is_kept_whole_where_it_fits_and_cut_where_it_cannot():
+    units = ["collect 0.017s +5 |", "setup 0.002s |", "wrap 1.080s +856 |", "[torch._dynamo (101), triton (54)]"]
+    lines = fit(units, "    ", 50)
+    assert lines == ["    collect 0.017s +5 | setup 0.002s |", "      wrap 1.080s +856 |",
+                     "      [torch._dynamo (101), triton (54)]"]
+    long_word = "x" * 120
+    assert [len(line) <= 60 for line in fit([long_word], "  ", 60)] == [True, True, True]
+    assert "".join(line.strip() for line in fit([long_word], "  ", 60)) == long_word
+
+
+def test_the_head_keeps_the_node_id_whole():
+    nodeid = "test/dynamo/test_wrapper.py::" + "x" * 90
+    (head, _), (tail, _), *_ = entry_lines(_entry(nodeid), 0, 80)
+    assert head == f"PASSED {nodeid}"
+    assert tail == "    (fork, 4.40 s)"
+
+
+PASSING = """
+import pytest
+
+pytestmark = pytest.mark.npu_lazy(preload=[])
+
+@pytest.mark.parametrize("n", range(3))
+def test_imports_heavy_in_a_phase_named_at_some_length(npu_lazy, n):
+    with npu_lazy.phase("import_of_a_heavy_package"):
+        import heavy.core
+    npu_lazy.assert_loaded("heavy")
+"""
+
+FAILING = """
+import pytest
+
+@pytest.mark.npu_lazy(preload=[])
+def test_breaks_its_guarantee(npu_lazy):
+    with npu_lazy.phase("import_of_a_heavy_package"):
+        import heavy.core
+    npu_lazy.assert_not_loaded("heavy.helpers")
+"""
+
+
+def _section(text: str) -> str | None:
+    if SECTION not in text:
+        return None
+    return re.split(r"\n=+ .* =+\n", text.split(SECTION, 1)[1].split("\n", 1)[1])[0]
+
+
+@pytest.fixture
+def suite(pytester, fake_heavy_package, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    pytester.makeini("[pytest]\nnpu_lazy_watch =\n    heavy.helpers\n    heavy\n")
+    pytester.makepyfile(test_passing=PASSING)
+    return pytester
+
+
+def test_an_all_pass_run_lists_nothing_unless_asked(suite, run_pytest):
+    default = run_pytest()
+    assert set(default.outcomes.values()) == {"passed"}, default.text()
+    assert _section(default.result.stdout.str()) is None, default.text()
+    for args in (("-v",), ("--npu-lazy-summary=all",), ("-q", "--npu-lazy-summary=all")):
+        section = _section(run_pytest(*args).result.stdout.str())
+        assert section is not None and section.count("PASSED test_passing.py::") == 3, (args, section)
+    assert _section(run_pytest("-v", "--npu-lazy-summary=failed").result.stdout.str()) is None
+
+
+def test_a_failure_is_listed_with_its_chain_and_fits_the_terminal(suite, run_pytest):
+    suite.makepyfile(test_failing=FAILING)
+    run = run_pytest()
+    assert run.outcomes["test_failing.py::test_breaks_its_guarantee"] == "failed", run.text()
+    section = _section(run.result.stdout.str())
+    assert section is not None, run.text()
+    assert "FAILED test_failing.py::test_breaks_its_guarantee  (fork," in section
+    assert "test_passing.py" not in section
+    flat = " ".join(section.split())
+    assert "<< VIOLATION: heavy.helpers must not be loaded" in flat
+    line = FAILING.lstrip("\n").splitlines().index("        import heavy.core") + 1
+    assert re.search(r"violation: heavy\.helpers <- heavy\.core \(heavy/core\.py:1 in <module>\) <- test_failing "
+                     rf"\(test_failing\.py:{line} in test_breaks_its_guarantee\)", flat), section
+    every = _section(run_pytest("-v").result.stdout.str())
+    assert every.count("PASSED test_passing.py::") == 3
+    for text in (section, every):
+        assert max(len(line) for line in text.splitlines()) <= 80, text
+    assert _section(run_pytest("--npu-lazy-summary=none").result.stdout.str()) is None
