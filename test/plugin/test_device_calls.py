@@ -200,9 +200,11 @@ def test_first_device_use_does_not_initialise(npu_lazy):
 """
 
 
-def test_a_device_call_violation_names_the_call_phase_and_line(run_pytest, pytester, without_inherited_stub):
+@pytest.mark.parametrize("isolation", ["fork", "spawn"])
+def test_a_device_call_violation_names_the_call_phase_and_line(run_pytest, pytester, without_inherited_stub,
+                                                               isolation):
     pytester.makepyfile(test_init=INIT)
-    run = run_pytest("--npu-lazy-cann=emulate", "--npu-lazy-json=report.json")
+    run = run_pytest("--npu-lazy-cann=emulate", "--npu-lazy-json=report.json", f"--npu-lazy-isolation={isolation}")
     assert run.outcomes == {"test_init.py::test_first_device_use_does_not_initialise": "failed"}, run.text()
     text = run.report("test_first_device_use_does_not_initialise", "call")["longrepr"]
     assert "npu_lazy: device call 'aclrtSetDevice' must not be made, but it was made during phase 'first_use'" in text
