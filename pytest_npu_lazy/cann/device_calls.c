@@ -78,7 +78,7 @@ EXPORT void npu_lazy_set_device_call_listener(npu_lazy_listener fn)
 
 /* ------------------------------------------------------------------ the Python line of a GIL-less call */
 
-#define SAMPLE_WAIT_MS 100
+#define SAMPLE_WAIT_MS 500 /* a loaded 2-core machine can take 100 ms to schedule the sampler */
 
 static pthread_mutex_t sample_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t sample_cond = PTHREAD_COND_INITIALIZER;
@@ -170,6 +170,15 @@ EXPORT void npu_lazy_answer_sample(unsigned long ident, long sample)
         pthread_cond_broadcast(&sample_cond);
     }
     pthread_mutex_unlock(&sample_lock);
+}
+
+/* Whether the sampler thread waits for requests: its starter waits for this before the test runs. */
+EXPORT int npu_lazy_sampler_ready(void)
+{
+    pthread_mutex_lock(&sample_lock);
+    int ready = sampler_waiting;
+    pthread_mutex_unlock(&sample_lock);
+    return ready;
 }
 
 EXPORT void npu_lazy_stop_sampler(void)

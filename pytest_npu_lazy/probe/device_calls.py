@@ -23,6 +23,7 @@ import ctypes
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -142,6 +143,11 @@ class DeviceCallLog:
 
         self._sampler = threading.Thread(target=serve, name="pytest-npu-lazy device-call lines", daemon=True)
         self._sampler.start()
+        # the test's first device call must find the sampler waiting, not still starting (a loaded machine
+        # can take a while to run a new thread): wait for it, sleeping so that it gets the GIL
+        deadline = time.monotonic() + 5
+        while not library.npu_lazy_sampler_ready() and time.monotonic() < deadline:
+            time.sleep(0.001)
 
     def new_epoch(self) -> None:
         """A phase began: sample the Python line of the first call of each name again."""
