@@ -179,10 +179,12 @@ class DeviceCallLog:
         if self._library is None:
             return
         buffer = (_QueuedCall * 4096)()
+        names = {thread.native_id: thread.name for thread in threading.enumerate()}
+        names[threading.get_native_id()] = threading.current_thread().name  # a fork's main thread: a new id
+        taken = 0
         while True:
             count = self._library.npu_lazy_take_queued_device_calls(buffer, len(buffer))
-            names = {thread.native_id: thread.name for thread in threading.enumerate()}
-            names[threading.get_native_id()] = threading.current_thread().name  # a fork's main thread: a new id
+            taken += count
             for item in buffer[:count]:
                 thread = (f"Python thread {names[item.thread]!r} while the GIL was released" if item.thread in names
                           else f"native thread {item.thread}")
@@ -191,7 +193,8 @@ class DeviceCallLog:
                                              None, line, torch_npu_line, thread=thread))
             if count < len(buffer):
                 break
-        self.calls.sort(key=lambda call: call.stamp)
+        if taken:  # calls made with the GIL are already in time order among themselves
+            self.calls.sort(key=lambda call: call.stamp)
 
     @property
     def dropped(self) -> int:

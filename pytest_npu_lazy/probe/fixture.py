@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import linecache
 import os
 import sys
 import warnings
@@ -93,7 +92,7 @@ def _assert_same(actual, expected, tolerances: dict, phase: str) -> None:
 def _source_line(call) -> str:
     if call.line is None:
         return ""
-    source = linecache.getline(call.line.filename, call.line.lineno).strip()
+    source = call.line.source()
     return f"\n      {source}" if source else ""
 
 

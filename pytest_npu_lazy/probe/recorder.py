@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
+import linecache
 import importlib._bootstrap as _bootstrap
 import os
 import sys
@@ -55,6 +56,10 @@ class CodeLocation:
 
     def __str__(self) -> str:
         return f"{_short_path(self.filename)}:{self.lineno} in {self.function}"
+
+    def source(self) -> str:
+        """The line's code, stripped; "" where the file cannot be read."""
+        return linecache.getline(self.filename, self.lineno).strip()
 
     def to_dict(self) -> dict:
         return {"filename": self.filename, "lineno": self.lineno,

@@ -9,7 +9,6 @@ test's questions from it. One state is active per process at a time.
 from __future__ import annotations
 
 import contextlib
-import linecache
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -93,8 +92,7 @@ class ProbeState:
                 f"phase {name!r} was already used in this test; phase names identify what loaded "
                 "a module, so each one may be entered once. Give the second one its own name, "
                 f"e.g. {name + '_2'!r}.")
-        previous = self.recorder.set_phase(name)
-        self.device_log.new_epoch()
+        previous = self._switch_phase(name)
         now = self.recorder._now()
         if span is None:
             span = PhaseSpan(name, now, parent=previous)
@@ -108,10 +106,16 @@ class ProbeState:
             self._explain_failure(name, exc)
             raise
         finally:
-            self.recorder.set_phase(previous)
-            self.device_log.new_epoch()
+            self._switch_phase(previous)
             span.ended = self.recorder._now()
             self._notify(span)
+
+    def _switch_phase(self, name: str) -> str:
+        """Make ``name`` the phase imports and device calls are attributed to; returns the previous one.
+        A new phase samples the Python line of its first device call of each name again."""
+        previous = self.recorder.set_phase(name)
+        self.device_log.new_epoch()
+        return previous
 
     def _explain_failure(self, phase: str, exc: BaseException) -> None:
         """A phase that raised (a wrapper that cannot be created...) says which watched modules it loaded."""
@@ -137,8 +141,7 @@ class ProbeState:
             self.idle.append((self._idle_since, now))
             self._idle_since = None
         self._close_runner_phase(now)
-        self.recorder.set_phase(name)
-        self.device_log.new_epoch()
+        self._switch_phase(name)
         self.phases.append(PhaseSpan(name, now))
         self._notify(self.phases[-1])
 
@@ -290,7 +293,7 @@ def format_chain(recorder: ImportRecorder, name: str) -> str:
     trigger = chain[0].trigger
     if trigger is not None:
         lines.append(f"  triggered at: {trigger}")
-        source = linecache.getline(trigger.filename, trigger.lineno).strip()
+        source = trigger.source()
         if source:
             lines.append(f"      {source}")
     return "\n".join(lines)
