@@ -28,7 +28,8 @@ def test_crashed_and_timed_out_tests_keep_their_durations_and_phases(run_pytest,
     tests = {t["nodeid"].split("::")[1]: t for t in json.loads((pytester.path / "report.json").read_text())["tests"]}
     crashed, hung = tests["test_crashes"], tests["test_hangs"]
     assert 0.4 <= crashed["duration"] < 30, crashed
-    assert 1.0 <= hung["duration"] < 30, hung
+    # the 1 s limit covers the whole isolated test, so its test phase is the limit less collect and setup
+    assert 0.9 <= hung["duration"] < 30, hung
     assert [p["name"] for p in crashed["phases"]] == ["collect", "setup", "test", "work"]
     assert [p["name"] for p in hung["phases"]] == ["collect", "setup", "test"]
     work = crashed["phases"][-1]
@@ -36,7 +37,7 @@ def test_crashed_and_timed_out_tests_keep_their_durations_and_phases(run_pytest,
     assert work["module_count"] is None  # died with the child, and not pretended to be 0
     assert not crashed["phases"][1]["unfinished"]
     times = {case.get("name"): float(case.get("time")) for case in ET.parse(pytester.path / "junit.xml").iter("testcase")}
-    assert times["test_crashes"] >= 0.4 and times["test_hangs"] >= 1.0, times
+    assert times["test_crashes"] >= 0.4 and times["test_hangs"] >= 0.9, times
     # the hung test's phase ran until the limit, less the collect and setup before it (0.99 s happens)
     died = [float(seconds) for seconds in re.findall(r"test (\d+\.\d+)s \(died here\)", run.result.stdout.str())]
     assert len(died) == 2 and max(died) >= 0.9, run.result.stdout.str()  # the crash's, then the hang's
