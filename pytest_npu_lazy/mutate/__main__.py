@@ -1,0 +1,100 @@
+"""``python -m pytest_npu_lazy.mutate``: the mutation pass over installed code, from one configuration file.
+
+    python -m pytest_npu_lazy.mutate                          # every mutant of test/dynamo/mutation.toml
+    python -m pytest_npu_lazy.mutate --list                   # the mutants, without running anything
+    python -m pytest_npu_lazy.mutate --only <id-or-prefix>    # some of them
+    python -m pytest_npu_lazy.mutate --sample                 # the configuration's fixed sample (what CI runs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from . import report
+from .config import ConfigError, load
+from .session import BaselineFailed, MutantResult, MutationPass, PassOptions, log
+
+DEFAULT_CONFIG = Path("test/dynamo/mutation.toml")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m pytest_npu_lazy.mutate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the mutation.toml (default: %(default)s)")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--only", action="append", default=[], metavar="ID",
+                        help="run the mutants whose id is or starts with ID (repeatable)")
+    parser.add_argument("--sample", action="store_true", help="run the configuration's [sample] against its tests")
+    parser.add_argument("-x", "--exitfirst", dest="exitfirst", action="store_true", default=True,
+                        help="stop each mutant's run at its first failing test (default)")
+    parser.add_argument("--no-exitfirst", dest="exitfirst", action="store_false",
+                        help="run every selected test of each mutant (slower; names every test that catches it)")
+    parser.add_argument("-n", "--workers", type=int, default=0, metavar="N",
+                        help="pytest-xdist workers for each mutant's run when it selects more than 2N tests")
+    parser.add_argument("--retake-coverage", action="store_true", help="take coverage again even if it is cached")
+    parser.add_argument("--json", type=Path, help="write every result as JSON here")
+    parser.add_argument("--markdown", type=Path, help="write the score and tables as markdown here")
+    parser.add_argument("--resume", action="store_true", help="keep the results already in --json and run the rest "
+                        "(and those --only names again); the JSON is rewritten after every mutant")
+    parser.add_argument("--expect", choices=("recorded",), help="with --sample: fail unless each sampled mutant "
+                        "ends as the JSON given with --against recorded it")
+    parser.add_argument("--against", type=Path, help="the recorded JSON that --expect compares with")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = load(args.config.resolve())
+        options = PassOptions(exitfirst=args.exitfirst, workers=args.workers, only=args.only, sample=args.sample,
+                              retake_coverage=args.retake_coverage)
+        session = MutationPass(config, options, progress=log)
+        if args.list:
+            for mutant in session.mutants():
+                print(f"{mutant.id}\t{mutant.function}\t{mutant.description}")
+            return 0
+        recorded = {}
+        if args.resume:
+            if not args.json or not args.json.exists():
+                raise ConfigError("--resume continues the run recorded in --json FILE; give an existing file")
+            recorded = {r["mutant"]["id"]: MutantResult.from_dict(r) for r in json.loads(args.json.read_text())["mutants"]}
+        partial = (lambda results: report.write_json(args.json, results, {"partial": True})) if args.json else None
+        results, coverage, seconds = session.run(recorded, partial)
+    except (ConfigError, BaselineFailed) as error:
+        print(f"pytest_npu_lazy.mutate: {error}", file=sys.stderr)
+        return 2
+    command = "python -m pytest_npu_lazy.mutate " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    prov = report.provenance(command.strip(), config.root, seconds, coverage)
+    if args.json:
+        report.write_json(args.json, results, prov)
+    if args.markdown:
+        intro = (config.root / "docs" / "mutation-intro.md")
+        args.markdown.write_text(report.markdown(results, prov, intro.read_text() if intro.exists() else ""))
+    s = report.score(results)
+    log(f"score: {s['caught']} of {s['judged']} caught ({s['score_pct']} %); survived {s['survived']}, "
+        f"not run {s['not_run']}, timeout {s['timeout']}, error {s['error']}, equivalent {s['equivalent']}, "
+        f"device-only {s['device_only']}; {seconds / 60:.1f} min")
+    if args.expect == "recorded":
+        return _compare_with_record(results, args.against)
+    return 0
+
+
+def _compare_with_record(results, against: Path | None) -> int:
+    if against is None or not against.exists():
+        print("pytest_npu_lazy.mutate: --expect recorded needs --against <the committed JSON>", file=sys.stderr)
+        return 2
+    recorded = {m["mutant"]["id"]: m["status"] for m in json.loads(against.read_text())["mutants"]}
+    differ = [(r.mutant.id, recorded.get(r.mutant.id, "absent"), r.status) for r in results
+              if recorded.get(r.mutant.id) != r.status]
+    for ident, was, now in differ:
+        print(f"pytest_npu_lazy.mutate: {ident}: recorded {was}, now {now}", file=sys.stderr)
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""The mutation run's configuration: what to mutate, which tests judge it, and verdicts on survivors.
+
+One TOML file (``test/dynamo/mutation.toml`` for torch_npu) holds it all, so
+the table in docs/mutation.md can always be rebuilt from the file, the
+installed package and the suite. Bad input stops the run with the problem
+and its fix named.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VERDICT_KINDS = ("equivalent", "device-only")
+
+
+class ConfigError(Exception):
+    """The configuration file is wrong; the message names the key and the fix."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why a surviving mutant is not a missing test: no observable difference, or only on an NPU."""
+
+    mutant: str
+    kind: str
+    why: str
+    npu_test: str = ""  #: for device-only: the test that would catch it on an NPU runner
+
+
+@dataclass(frozen=True)
+class Config:
+    path: Path
+    root: Path  #: the folder pytest runs in (the file's repository root)
+    targets: dict[str, list[str]]
+    tests: list[str]
+    excluded: dict[str, list[str]]  #: module -> qualified names (and their nested functions) not mutated
+    pytest_args: list[str]
+    test_timeout: float
+    mutant_timeout: float
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    sample: list[str] = field(default_factory=list)
+    sample_tests: list[str] = field(default_factory=list)
+
+
+def _toml(path: Path) -> dict:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python < 3.11
+        try:
+            import tomli as tomllib
+        except ModuleNotFoundError:
+            raise ConfigError("reading the mutation configuration needs Python 3.11+ or `pip install tomli`") from None
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such file; pass --config with the mutation.toml to use") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML ({error}); fix the line it names") from None
+
+
+def _root_of(path: Path) -> Path:
+    for folder in [path.parent, *path.parent.parents]:
+        if (folder / "pyproject.toml").exists() or (folder / ".git").exists():
+            return folder
+    return path.parent
+
+
+def load(path: Path) -> Config:
+    data = _toml(path)
+    run = data.get("run", {})
+    targets = {module: list(spec.get("functions", [])) for module, spec in data.get("targets", {}).items()}
+    excluded = {module: list(spec.get("exclude", [])) for module, spec in data.get("targets", {}).items()}
+    if not targets:
+        raise ConfigError(f"{path}: no [targets.\"<module>\"] table with functions = [...]; add one per module")
+    for module, functions in targets.items():
+        if not functions:
+            raise ConfigError(f"{path}: [targets.\"{module}\"] lists no functions; name them in functions = [...]")
+    verdicts = {}
+    for entry in data.get("verdict", []):
+        missing = {"mutant", "kind", "why"} - set(entry)
+        if missing:
+            raise ConfigError(f"{path}: a [[verdict]] lacks {', '.join(sorted(missing))}: {entry}")
+        if entry["kind"] not in VERDICT_KINDS:
+            raise ConfigError(f"{path}: verdict for {entry['mutant']}: kind {entry['kind']!r} is not one of "
+                              f"{', '.join(VERDICT_KINDS)}")
+        if entry["kind"] == "device-only" and not entry.get("npu_test"):
+            raise ConfigError(f"{path}: device-only verdict for {entry['mutant']} names no npu_test (the test that "
+                              "would catch it on an NPU runner)")
+        verdicts[entry["mutant"]] = Verdict(entry["mutant"], entry["kind"], entry["why"], entry.get("npu_test", ""))
+    sample = data.get("sample", {})
+    return Config(path=path, root=_root_of(path), targets=targets, excluded=excluded,
+                  tests=list(run.get("tests", ["."])),
+                  pytest_args=list(run.get("pytest_args", [])), test_timeout=float(run.get("test_timeout", 120)),
+                  mutant_timeout=float(run.get("mutant_timeout", 900)), verdicts=verdicts,
+                  sample=list(sample.get("mutants", [])), sample_tests=list(sample.get("tests", [])))
+
+
+def locate_source(module: str) -> Path:
+    """The installed source file of ``module``, found without importing it or its parents.
+
+    Importing ``torch_npu`` to ask would load the very modules the run
+    mutates, and on a machine without CANN it cannot even import.
+    """
+    path = None
+    spec = None
+    parts = module.split(".")
+    for index in range(len(parts)):
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: index + 1]), path)
+        if spec is None:
+            raise ConfigError(f"module {module!r} is not installed here (no {'.'.join(parts[: index + 1])}); "
+                              "install the package or fix the [targets] name")
+        path = spec.submodule_search_locations
+    if not spec.origin or not spec.origin.endswith(".py"):
+        raise ConfigError(f"module {module!r} has no Python source ({spec.origin}); only .py modules can be mutated")
+    return Path(spec.origin)

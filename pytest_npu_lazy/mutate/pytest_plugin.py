@@ -1,0 +1,63 @@
+"""The runner's eyes inside each pytest run it starts (``-p pytest_npu_lazy.mutate.pytest_plugin``).
+
+It writes one JSON object a line to the file named by :data:`RESULTS_ENV`,
+in the controlling pytest process only (under xdist, the controller, which
+sees every worker's reports):
+
+- ``{"event": "window", "nodeid", "start", "end"}``: the test's span on
+  CLOCK_MONOTONIC, the clock the coverage pass's hits carry (logstart to
+  logfinish: for an isolated test this holds its child's whole life);
+- ``{"event": "report", "nodeid", "when", "outcome", "message"}``: each
+  report's outcome and the first lines of a failure, for the table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+RESULTS_ENV = "PYTEST_NPU_LAZY_MUTATE_RESULTS"
+_MESSAGE_CHARS = 400
+
+
+class _Recorder:
+    def __init__(self, path: str):
+        self.path = path
+        self.started: dict[str, float] = {}
+
+    def write(self, **event) -> None:
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(event) + "\n")
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_logstart(self, nodeid, location):
+        self.started[nodeid] = time.monotonic()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logfinish(self, nodeid, location):
+        self.write(event="window", nodeid=nodeid, start=self.started.pop(nodeid, None), end=time.monotonic())
+
+    def pytest_runtest_logreport(self, report):
+        message = ""
+        if report.failed:
+            message = getattr(report, "longreprtext", "") or str(report.longrepr)
+            lines = [line for line in message.splitlines() if line.strip()]
+            said = [line for line in lines if line.startswith("E ")]
+            # an assertion says itself in its E lines; a crash or a timeout in its first line
+            message = "\n".join(said[:6]) if said else "\n".join(lines[:2])
+        self.write(event="report", nodeid=report.nodeid, when=report.when, outcome=report.outcome,
+                   message=message[:_MESSAGE_CHARS])
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            self.write(event="report", nodeid=report.nodeid, when="collect", outcome="failed",
+                       message=str(report.longrepr)[-_MESSAGE_CHARS:])
+
+
+def pytest_configure(config):
+    path = os.environ.get(RESULTS_ENV)
+    if path and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_Recorder(path), "npu_lazy_mutate_recorder")

@@ -1,0 +1,97 @@
+"""The pass's record: a score, provenance, and one row per mutant, as JSON and as markdown.
+
+The score counts what a missing test could explain: caught out of the
+mutants that are neither equivalent nor device-only. Survivors, timeouts
+and harness errors all count against it until a test or a verdict says
+otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+from collections import Counter
+from importlib import metadata
+from pathlib import Path
+
+from .session import MutantResult
+from .selection import CoverageMap
+
+EXCUSED = ("equivalent", "device-only")
+
+
+def score(results: list[MutantResult]) -> dict:
+    counts = Counter(r.status for r in results)
+    judged = len(results) - sum(counts[k] for k in EXCUSED)
+    caught = counts["caught"]
+    return {"generated": len(results), "caught": caught, "survived": counts["survived"],
+            "not_run": counts["not-run"], "timeout": counts["timeout"], "error": counts["error"],
+            "equivalent": counts["equivalent"], "device_only": counts["device-only"],
+            "judged": judged, "score_pct": round(100.0 * caught / judged, 1) if judged else None}
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _commit(root: Path) -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def provenance(command: str, root: Path, seconds: float, coverage: CoverageMap) -> dict:
+    return {"command": command, "commit": _commit(root), "torch_npu": _version("torch-npu"),
+            "torch": _version("torch"), "python": platform.python_version(), "wall_seconds": round(seconds),
+            "coverage_seconds": coverage.seconds, "tests": len(coverage.tests)}
+
+
+def write_json(path: Path, results: list[MutantResult], prov: dict) -> None:
+    path.write_text(json.dumps({"provenance": prov, "score": score(results),
+                                "mutants": [r.to_dict() for r in results]}, indent=1) + "\n")
+
+
+def _cell(text: str) -> str:
+    return " ".join(text.replace("|", "\\|").split())
+
+
+def markdown(results: list[MutantResult], prov: dict, intro: str = "") -> str:
+    s = score(results)
+    out = [intro.rstrip() + "\n" if intro else "",
+           "## Score\n",
+           f"**{s['caught']} of {s['judged']} caught ({s['score_pct']} %)**: mutants generated {s['generated']}, "
+           f"caught {s['caught']}, survived {s['survived']}, run by no test {s['not_run']}, "
+           f"timed out {s['timeout']}, harness errors {s['error']}, equivalent {s['equivalent']}, "
+           f"device-only {s['device_only']}.\n",
+           "| provenance | |", "| --- | --- |"]
+    for key, label in (("command", "command"), ("commit", "commit"), ("torch_npu", "torch_npu"), ("torch", "torch"),
+                       ("python", "Python"), ("wall_seconds", "wall time (s)"),
+                       ("coverage_seconds", "coverage pass (s)"), ("tests", "tests in the coverage pass")):
+        value = f"`{prov[key]}`" if key == "command" else prov[key]
+        out.append(f"| {label} | {value} |")
+    for title, statuses in (("Not caught, and why", ("survived", "not-run", "timeout", "error")),
+                            ("Equivalent and device-only", EXCUSED)):
+        rows = [r for r in results if r.status in statuses]
+        out += ["", f"## {title}\n"]
+        if not rows:
+            out.append("None.")
+            continue
+        out += ["| mutant | function | line | edit | status | why / the test on an NPU runner |",
+                "| --- | --- | --- | --- | --- | --- |"]
+        for r in rows:
+            why = r.verdict + (f" (on an NPU runner: `{r.npu_test}`)" if r.npu_test else "") if r.verdict else r.message
+            out.append(f"| `{r.mutant.id}` | `{r.mutant.function}` | {r.mutant.line} | {_cell(r.mutant.description)} "
+                       f"| {r.status} | {_cell(why)} |")
+    out += ["", "## Every mutant\n", "| mutant | function | line | operator | edit | result |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for r in results:
+        result = f"caught by `{r.killed_by}`" if r.status == "caught" else r.status
+        out.append(f"| `{r.mutant.id}` | `{r.mutant.function}` | {r.mutant.line} | {r.mutant.operator} "
+                   f"| {_cell(r.mutant.description)} | {result} |")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,100 @@
+"""One pytest run of the suite under a plan: started in its own process group, bounded, read back.
+
+Every run the mutation pass makes (the coverage pass, each mutant) goes
+through :func:`run_suite`: the hook's folder first on ``PYTHONPATH``, the plan
+in the environment, the result recorder loaded, and a wall-clock limit after
+which the whole process group is killed, so no zygote or child outlives it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import Config
+from .hook import ENV, Plan
+from .pytest_plugin import RESULTS_ENV
+
+SITE_DIR = Path(__file__).with_name("site")
+
+
+@dataclass
+class SuiteRun:
+    """What one pytest run did, as the recorder and the hook's logs say."""
+
+    returncode: int | None  #: None: killed at the wall-clock limit
+    seconds: float
+    events: list[dict]
+    applied_in: int  #: processes that applied the mutant (0: the mutated module was never imported)
+    hits: list[tuple[float, str]] = field(default_factory=list)  #: the coverage pass's (time, function)
+    output_tail: str = ""
+
+    @property
+    def failures(self) -> list[dict]:
+        return [e for e in self.events if e["event"] == "report" and e["outcome"] == "failed"]
+
+    @property
+    def windows(self) -> list[dict]:
+        return [e for e in self.events if e["event"] == "window" and e.get("start") is not None]
+
+
+def run_suite(config: Config, plan: Plan, tests: list[str], extra_args: list[str], *,
+              wall: float, python: str = sys.executable) -> SuiteRun:
+    with tempfile.TemporaryDirectory(prefix="npu-lazy-mutate-") as work:
+        results = os.path.join(work, "results.jsonl")
+        log_dir = os.path.join(work, "log")
+        os.mkdir(log_dir)
+        plan = Plan(plan.mode, plan.targets, plan.mutant_id, log_dir, plan.extra)
+        env = dict(os.environ)
+        env[ENV] = plan.to_json()
+        env[RESULTS_ENV] = results
+        env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), *filter(None, [env.get("PYTHONPATH")])])
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        command = [python, "-m", "pytest", "-p", "pytest_npu_lazy.mutate.pytest_plugin", "-p", "no:cacheprovider",
+                   "-p", "no:randomly", "-q", "--no-header", "-o", "console_output_style=classic",
+                   f"--npu-lazy-timeout={config.test_timeout:g}", *config.pytest_args, *extra_args, *tests]
+        output = os.path.join(work, "output.txt")
+        started = time.monotonic()
+        with open(output, "wb") as sink:
+            process = subprocess.Popen(command, cwd=config.root, env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                returncode = process.wait(timeout=wall)
+            except subprocess.TimeoutExpired:
+                returncode = None
+            finally:
+                _kill_group(process)
+        seconds = time.monotonic() - started
+        events = []
+        if os.path.exists(results):
+            with open(results) as handle:
+                events = [json.loads(line) for line in handle if line.strip()]
+        applied = sum(1 for name in os.listdir(log_dir) if name.startswith("applied-"))
+        hits = []
+        for name in os.listdir(log_dir):
+            if name.startswith("hits-"):
+                with open(os.path.join(log_dir, name)) as handle:
+                    for line in handle:
+                        stamp, _, function = line.strip().partition(" ")
+                        hits.append((float(stamp), function))
+        with open(output, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            handle.seek(max(handle.tell() - 4000, 0))
+            tail = handle.read().decode("utf-8", "replace")
+        return SuiteRun(returncode, seconds, events, applied, hits, tail)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """The run's whole process group goes, whatever it left (a hung child, a zygote)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()

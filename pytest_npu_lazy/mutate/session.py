@@ -1,0 +1,222 @@
+"""The mutation pass: generate the mutants, take coverage once, run each mutant against its tests.
+
+A mutant is *caught* when a test of the suite fails (or is killed at its
+timeout) with the mutant applied. It is not caught when only the harness
+broke: pytest ending in an internal or usage error, or the whole run killed
+at its wall-clock limit (both say so in the table). Before any mutant, the
+coverage pass runs the suite unmutated: a suite that fails without a mutant
+would "catch" everything, so the pass stops there and names the failures.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import operators
+from .config import Config, locate_source
+from .hook import Plan
+from .runs import SuiteRun, run_suite
+from .selection import CoverageMap, attribute, map_key
+
+CACHE_DIR = ".npu-lazy-mutate"
+
+
+class BaselineFailed(Exception):
+    """The suite fails without any mutant; the message names the tests."""
+
+
+@dataclass
+class MutantResult:
+    mutant: operators.Mutant
+    status: str  #: caught | survived | not-run | timeout | error | equivalent | device-only
+    killed_by: str = ""
+    message: str = ""
+    tests_selected: int = 0
+    seconds: float = 0.0
+    verdict: str = ""  #: why a survivor is equivalent or device-only (from the configuration)
+    npu_test: str = ""
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["mutant"] = self.mutant.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "MutantResult":
+        return cls(**{**data, "mutant": operators.Mutant.from_dict(data["mutant"])})
+
+
+@dataclass
+class PassOptions:
+    exitfirst: bool = True
+    workers: int = 0  #: pytest-xdist workers for each mutant's run (0: one process)
+    only: list[str] = field(default_factory=list)  #: mutant ids (or prefixes) to run; empty: all
+    sample: bool = False  #: the configuration's fixed sample, against its sample tests
+    retake_coverage: bool = False
+
+
+class MutationPass:
+    def __init__(self, config: Config, options: PassOptions, progress: Callable[[str], None] = print):
+        self.config = config
+        self.options = options
+        self.progress = progress
+        self.sources = {module: locate_source(module).read_text() for module in config.targets}
+        self.tests = config.sample_tests if options.sample and config.sample_tests else config.tests
+
+    # -- mutants -------------------------------------------------------------
+    def mutants(self) -> list[operators.Mutant]:
+        mutants = []
+        for module, functions in self.config.targets.items():
+            unknown = operators.unknown_targets(self.sources[module], set(functions))
+            if unknown:
+                from .config import ConfigError
+
+                raise ConfigError(f"{self.config.path}: [targets.\"{module}\"] names {', '.join(sorted(unknown))}, "
+                                  f"which {module} does not define; fix or remove the names")
+            mutants += operators.compilable(self.sources[module], module, set(functions), self._wanted)
+        missing = [w for w in self._patterns() if not any(m.id == w or m.id.startswith(w) for m in mutants)]
+        if missing:
+            from .config import ConfigError
+
+            raise ConfigError(f"no mutant matches {', '.join(missing)}; list them with --list")
+        return mutants
+
+    def _patterns(self) -> list[str]:
+        return self.config.sample if self.options.sample else self.options.only
+
+    def _wanted(self, mutant: operators.Mutant) -> bool:
+        for name in self.config.excluded.get(mutant.module, []):
+            if mutant.function == name or mutant.function.startswith(name + "."):
+                return False
+        patterns = self._patterns()
+        return not patterns or any(mutant.id == p or mutant.id.startswith(p) for p in patterns)
+
+    # -- coverage ------------------------------------------------------------
+    def coverage(self) -> CoverageMap:
+        test_files = sorted(p for t in self.tests for p in _python_files(self.config.root / t.split("::")[0]))
+        key = map_key(self.sources, test_files, self.config.path.read_text(), self.config.pytest_args + self.tests)
+        cache = self.config.root / CACHE_DIR / f"coverage-{key}.json"
+        if cache.exists() and not self.options.retake_coverage:
+            self.progress(f"coverage: reusing {cache.relative_to(self.config.root)} (sources and tests unchanged)")
+            return CoverageMap.from_dict(json.loads(cache.read_text()))
+        self.progress(f"coverage: running {' '.join(self.tests)} once, serially, with every target function "
+                      "instrumented ...")
+        run = run_suite(self.config, Plan("trace", self.config.targets), self.tests, ["-p", "no:xdist"],
+                        wall=max(self.config.mutant_timeout, 3600))
+        if run.returncode not in (0,) or run.failures:
+            failed = sorted({f["nodeid"] for f in run.failures})
+            raise BaselineFailed(
+                f"the suite does not pass without a mutant (pytest exit {run.returncode}; failed: "
+                f"{', '.join(failed) or 'none reported'}), so no mutant could be judged. Fix the suite or deselect "
+                f"those tests (config [run] tests / pytest_args). Last output:\n{run.output_tail}")
+        by_function, outside = attribute(run.windows, run.hits)
+        windows = sorted(run.windows, key=lambda w: w["start"])
+        tests = [w["nodeid"] for w in windows]
+        durations = {w["nodeid"]: round(w["end"] - w["start"], 3) for w in windows}
+        coverage = CoverageMap(key, tests, by_function, sorted(outside), round(run.seconds, 1), durations)
+        cache.parent.mkdir(exist_ok=True)
+        (cache.parent / ".gitignore").write_text("*\n")
+        cache.write_text(json.dumps(coverage.to_dict(), indent=1))
+        self.progress(f"coverage: {len(tests)} tests in {run.seconds:.0f} s; {len(by_function)} target functions "
+                      f"run inside tests, {len(outside)} also outside them (at import, in zygotes)")
+        return coverage
+
+    # -- running -------------------------------------------------------------
+    def run(self, recorded: dict[str, MutantResult] | None = None,
+            on_result: Callable[[list[MutantResult]], None] | None = None,
+            ) -> tuple[list[MutantResult], CoverageMap, float]:
+        """Run every mutant not already in ``recorded`` (those named by --only run again);
+        ``on_result`` gets the results so far, in generation order, after each mutant."""
+        started = time.monotonic()
+        mutants = self.mutants()
+        coverage = self.coverage()
+        recorded = dict(recorded or {})
+        rerun = set(self.options.only)
+        todo = [m for m in mutants if m.id not in recorded or any(m.id.startswith(p) for p in rerun)]
+        if recorded:
+            self.progress(f"resuming: {len(mutants) - len(todo)} mutants recorded already, {len(todo)} to run")
+        killers: dict[str, list[str]] = {}
+        for result in recorded.values():
+            if result.status == "caught":
+                killers.setdefault(f"{result.mutant.module}:{result.mutant.target}", []).append(result.killed_by)
+        order = {m.id: i for i, m in enumerate(mutants)}
+        results = [r for ident, r in recorded.items() if ident in order]
+        for index, mutant in enumerate(todo, 1):
+            result = self.run_one(mutant, coverage, killers)
+            results = [r for r in results if r.mutant.id != mutant.id] + [result]
+            results.sort(key=lambda r: order[r.mutant.id])
+            if on_result:
+                on_result(results)
+            elapsed = time.monotonic() - started
+            self.progress(f"[{index:>4}/{len(todo)}] {result.status:<11} {result.seconds:6.1f} s  {mutant.id}"
+                          + (f"  by {result.killed_by}" if result.killed_by else "")
+                          + f"   ({elapsed / 60:.1f} min)")
+        return results, coverage, time.monotonic() - started
+
+    def run_one(self, mutant: operators.Mutant, coverage: CoverageMap, killers: dict[str, list[str]]) -> MutantResult:
+        selected = coverage.tests_for(mutant.module, mutant.function)
+        verdict = self.config.verdicts.get(mutant.id)
+        if not selected:
+            return self._judged(MutantResult(mutant, "not-run", message="no test of the suite runs this function"),
+                                verdict)
+        key = f"{mutant.module}:{mutant.target}"
+        first = [t for t in killers.get(key, []) if t in selected]
+        ordered = first + [t for t in selected if t not in first]
+        args = ["-x"] if self.options.exitfirst else []
+        if self.options.workers and len(ordered) > 2 * self.options.workers:
+            args += ["-n", str(self.options.workers)]
+        else:
+            args += ["-p", "no:xdist"]
+        # a hung test is killed at the test timeout and counts as caught; the whole run is bounded by what its
+        # tests took unmutated, three times over, so a run that only crawls ends too (and does not count)
+        wall = min(self.config.mutant_timeout,
+                   60 + self.config.test_timeout + 3 * coverage.expected_seconds(ordered))
+        run = run_suite(self.config, Plan("mutant", self.config.targets, mutant.id), ordered, args, wall=wall)
+        result = self._classify(mutant, run, len(ordered))
+        if result.status == "caught":
+            killers.setdefault(key, [])
+            if result.killed_by in killers[key]:
+                killers[key].remove(result.killed_by)
+            killers[key].insert(0, result.killed_by)
+        return self._judged(result, verdict)
+
+    def _classify(self, mutant: operators.Mutant, run: SuiteRun, selected: int) -> MutantResult:
+        failures = [f for f in run.failures if f.get("when") != "collect"]
+        if failures:
+            first = failures[0]
+            return MutantResult(mutant, "caught", first["nodeid"], first.get("message", ""), selected,
+                                round(run.seconds, 1))
+        if run.returncode is None:
+            return MutantResult(mutant, "timeout", message=f"the run passed its limit ({run.seconds:.0f} s) with no "
+                                "test failed or timed out, and was killed", tests_selected=selected,
+                                seconds=round(run.seconds, 1))
+        if run.returncode in (0, 5):
+            note = "" if run.applied_in else "the mutated module was never imported in the run"
+            return MutantResult(mutant, "survived", message=note, tests_selected=selected,
+                                seconds=round(run.seconds, 1))
+        return MutantResult(mutant, "error", message=f"pytest exit {run.returncode} with no failed test: "
+                            + run.output_tail[-300:], tests_selected=selected, seconds=round(run.seconds, 1))
+
+    @staticmethod
+    def _judged(result: MutantResult, verdict) -> MutantResult:
+        if verdict is not None:
+            result.verdict = verdict.why
+            result.npu_test = verdict.npu_test
+            if result.status in ("survived", "not-run"):
+                result.status = verdict.kind
+        return result
+
+
+def _python_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    return [p for p in path.rglob("*.py") if "__pycache__" not in p.parts]
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

@@ -1,0 +1,273 @@
+"""The mutation runner (python -m pytest_npu_lazy.mutate) on a small library and suite of its own.
+
+The library has what torch_npu's deferred-loading code has: a run-once
+set-up, a lazy import, a guard. Each check here could fail: the operators
+must produce the edits named, the hook must apply a mutant in every process
+(pytest, a zygote, its child, a ``python -c``) without touching the file,
+and the runner must call a mutant caught only when a test fails or times
+out, not when the harness breaks.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_npu_lazy.mutate import operators
+from pytest_npu_lazy.mutate.config import ConfigError, load
+from pytest_npu_lazy.mutate.runs import SITE_DIR
+
+LIBRARY = '''
+import functools
+import threading
+
+_DONE = set()
+
+
+def run_once(f):
+    lock = threading.Lock()
+
+    @functools.wraps(f)
+    def wrapper():
+        while wrapper.busy:  # another caller is running f
+            pass
+        with lock:
+            if wrapper.has_run:
+                return None
+            result = f()
+            wrapper.has_run = True
+            return result
+
+    wrapper.has_run = False
+    wrapper.busy = False
+    return wrapper
+
+
+@run_once
+def setup():
+    _DONE.add("setup")
+    return "ran"
+
+
+def load_heavy(wanted):
+    if not wanted:
+        return None
+    import json as heavy
+    return heavy
+
+
+def untested():
+    return 41
+'''
+
+TESTS = '''
+import sys
+import pytest
+
+
+@pytest.mark.npu_lazy(preload=["lazylib"], timeout=5)
+def test_setup_runs_once():
+    import lazylib
+    assert lazylib.setup() == "ran"
+    assert lazylib.setup() is None
+    assert lazylib._DONE == {"setup"}
+
+
+def test_heavy_is_loaded_only_when_wanted():
+    import lazylib
+    assert lazylib.load_heavy(False) is None
+    assert lazylib.load_heavy(True).__name__ == "json"
+'''
+
+
+def _project(tmp_path: Path, extra_config: str = "", tests: str = TESTS) -> Path:
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'mutation-demo'\n")
+    (tmp_path / "lazylib.py").write_text(LIBRARY)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_lazylib.py").write_text(tests)
+    (tmp_path / "mutation.toml").write_text(textwrap.dedent(f'''
+        [run]
+        tests = ["tests"]
+        pytest_args = ["-p", "npu_lazy", "-p", "no:cacheprovider", "--rootdir", "."]
+        test_timeout = 20
+        mutant_timeout = 200
+
+        [targets.lazylib]
+        functions = ["run_once", "setup", "load_heavy", "untested"]
+        {extra_config}
+    '''))
+    return tmp_path
+
+
+def _mutate(project: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(project), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "pytest_npu_lazy.mutate", "--config", str(project / "mutation.toml"),
+                           *args], cwd=project, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+# -- operators --------------------------------------------------------------
+
+def test_every_operator_produces_its_edit():
+    mutants = operators.generate(LIBRARY, "lazylib", {"run_once", "setup", "load_heavy", "untested"})
+    by_operator = {}
+    for mutant in mutants:
+        by_operator.setdefault(mutant.operator, []).append(mutant.description)
+    assert set(by_operator) >= {"delete-statement", "negate-condition", "drop-condition", "remove-return",
+                                "change-constant", "drop-decorator", "swap-statements", "call-to-noop"}, by_operator
+    assert "@run_once removed from setup" in by_operator["drop-decorator"]
+    assert "@functools.wraps(f) removed from wrapper" in by_operator["drop-decorator"]
+    assert "if wrapper.has_run: -> if not (wrapper.has_run):" in by_operator["negate-condition"]
+    assert "'ran' -> None" not in by_operator["change-constant"] and "41 -> 42" in by_operator["change-constant"]
+    assert any("wrapper.has_run = True <-> return result" in d or "result = f() <-> wrapper.has_run = True" in d
+               for d in by_operator["swap-statements"]), by_operator["swap-statements"]
+    assert len({m.id for m in mutants}) == len(mutants)  # ids name one mutant each
+    nested = {m.function for m in mutants}
+    assert "run_once.<locals>.wrapper" in nested and "<module>" not in nested
+
+
+def test_a_mutant_changes_exactly_its_own_place():
+    targets = {"load_heavy"}
+    original = ast.dump(ast.parse(LIBRARY))
+    for mutant in operators.generate(LIBRARY, "lazylib", targets):
+        tree = operators.mutate(LIBRARY, "lazylib", targets, mutant.id)
+        changed = ast.unparse(tree)
+        assert ast.dump(ast.parse(changed)) != original, mutant
+        # everything outside load_heavy is as it was
+        assert changed.split("def load_heavy")[0] == ast.unparse(ast.parse(LIBRARY)).split("def load_heavy")[0]
+    with pytest.raises(KeyError):
+        operators.mutate(LIBRARY, "lazylib", targets, "lazylib:1:0:no-such-operator")
+
+
+def test_mutants_python_rejects_are_left_out():
+    source = "def f():\n    x = 1\n    def g():\n        nonlocal x\n        x += 1\n    g()\n    return x\n"
+    generated = operators.generate(source, "m", {"f"})
+    kept = operators.compilable(source, "m", {"f"})
+    deleted_binding = [m for m in generated if m.description == "`x = 1` deleted"]
+    assert deleted_binding and deleted_binding[0] not in kept  # nonlocal x then has no binding: a SyntaxError
+    assert len(kept) == len(generated) - 1
+
+
+def test_text_for_people_is_not_mutated():
+    source = "import warnings\ndef f(x):\n    warnings.warn('slow')\n    log.info('x %s', x)\n    raise ValueError('bad')\n"
+    descriptions = [m.description for m in operators.generate(source, "m", {"f"})]
+    assert not [d for d in descriptions if "slow" in d or "'x %s'" in d or "bad" in d], descriptions
+
+
+def test_unknown_target_names_are_reported():
+    assert operators.unknown_targets(LIBRARY, {"setup", "stup"}) == {"stup"}
+
+
+# -- the hook -----------------------------------------------------------------
+
+def _plan_env(project: Path, mode: str, mutant_id: str | None, log_dir: Path) -> dict:
+    from pytest_npu_lazy.mutate.hook import ENV, Plan
+
+    plan = Plan(mode, {"lazylib": ["setup", "run_once", "load_heavy"]}, mutant_id, str(log_dir))
+    return dict(os.environ, **{ENV: plan.to_json()}, PYTHONDONTWRITEBYTECODE="1",
+                PYTHONPATH=os.pathsep.join([str(SITE_DIR), str(project), os.environ.get("PYTHONPATH", "")]))
+
+
+def test_the_hook_applies_a_mutant_in_every_process_and_never_touches_the_file(tmp_path):
+    project = _project(tmp_path)
+    before = (project / "lazylib.py").read_bytes()
+    [mutant] = [m for m in operators.generate(LIBRARY, "lazylib", {"setup"}) if m.operator == "remove-return"]
+    log_dir = tmp_path / "log"
+    log_dir.mkdir()
+    code = textwrap.dedent("""
+        import os, subprocess, sys
+        import lazylib
+        print("parent", lazylib.setup())
+        pid = os.fork()
+        if pid == 0:
+            import importlib; importlib.reload(lazylib)
+            print("fork", lazylib.setup(), flush=True); os._exit(0)
+        os.waitpid(pid, 0)
+        subprocess.run([sys.executable, "-c", "import lazylib; print('python -c', lazylib.setup())"], check=True)
+    """)
+    run = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
+                         env=_plan_env(project, "mutant", mutant.id, log_dir), timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:3] == ["parent None", "fork None", "python -c None"], run.stdout  # 'ran' unmutated
+    assert (project / "lazylib.py").read_bytes() == before
+    assert not list(project.rglob("*.pyc"))
+    assert len(list(log_dir.glob("applied-*"))) == 3  # parent, reload in the fork, python -c
+
+
+def test_the_coverage_probe_names_each_function_that_ran(tmp_path):
+    project = _project(tmp_path)
+    log_dir = tmp_path / "log"
+    log_dir.mkdir()
+    run = subprocess.run([sys.executable, "-c", "import lazylib; lazylib.setup(); lazylib.setup()"], cwd=project,
+                         env=_plan_env(project, "trace", None, log_dir), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    names = [line.split(" ", 1)[1] for f in log_dir.glob("hits-*") for line in f.read_text().splitlines()]
+    assert sorted(names) == ["lazylib:<module>", "lazylib:run_once", "lazylib:run_once.<locals>.wrapper",
+                             "lazylib:setup"], names  # each once, however often it ran; load_heavy never ran
+
+
+# -- the runner ----------------------------------------------------------------
+
+def test_configuration_errors_name_the_fix(tmp_path):
+    project = _project(tmp_path)
+    (project / "mutation.toml").write_text("[targets.lazylib]\nfunctions = []\n")
+    with pytest.raises(ConfigError, match=r"lists no functions; name them"):
+        load(project / "mutation.toml")
+    (project / "mutation.toml").write_text('[targets.lazylib]\nfunctions = ["setup"]\n[[verdict]]\nmutant = "x"\n'
+                                           'kind = "device-only"\nwhy = "needs a device"\n')
+    with pytest.raises(ConfigError, match="names no npu_test"):
+        load(project / "mutation.toml")
+    (project / "mutation.toml").write_text('[targets.lazylib]\nfunctions = ["stup"]\n')
+    run = _mutate(project, "--list")
+    assert run.returncode == 2 and "names stup, which lazylib does not define" in run.stderr, run.stderr
+
+
+@pytest.mark.needs("torch")  # the plugin's isolation runs the suite's marked test; no torch is imported
+def test_the_runner_catches_survives_and_records(tmp_path):
+    verdict = '''
+        [[verdict]]
+        mutant = "lazylib:41:11:change-constant"
+        kind = "equivalent"
+        why = "untested() is dead code in this library"
+    '''
+    project = _project(tmp_path, textwrap.dedent(verdict))
+    listing = _mutate(project, "--list")
+    assert "lazylib:41:11:change-constant" in listing.stdout, listing.stdout
+    run = _mutate(project, "--json", "out.json", "--markdown", "out.md")
+    assert run.returncode == 0, run.stderr
+    data = json.loads((project / "out.json").read_text())
+    status = {m["mutant"]["id"]: m for m in data["mutants"]}
+    # the run-once guard: dropping it runs the set-up twice, which the isolated test sees
+    guard = next(m for i, m in status.items() if m["mutant"]["description"] == "@run_once removed from setup")
+    assert guard["status"] == "caught" and guard["killed_by"].endswith("test_setup_runs_once"), guard
+    # the lazy import's guard: the in-process test catches it
+    lazy = next(m for m in status.values() if m["mutant"]["description"] == "if not wanted: -> if not (not wanted):")
+    assert lazy["status"] == "caught" and lazy["killed_by"].endswith("test_heavy_is_loaded_only_when_wanted"), lazy
+    # functools.wraps only copies names: no test sees it
+    wraps = next(m for m in status.values() if m["mutant"]["description"] == "@functools.wraps(f) removed from wrapper")
+    assert wraps["status"] == "survived", wraps
+    assert status["lazylib:41:11:change-constant"]["status"] == "equivalent"
+    assert data["score"]["equivalent"] == 1 and data["score"]["judged"] == len(status) - 1
+    assert "lazylib:41:11:change-constant" in (project / "out.md").read_text()
+    assert "once, serially" in run.stderr and "] caught" in run.stderr  # progress while it runs
+
+
+@pytest.mark.needs("torch")
+def test_a_hanging_mutant_is_caught_by_the_test_timeout_and_a_broken_suite_stops_the_run(tmp_path):
+    project = _project(tmp_path)
+    [busy] = [m for m in operators.generate(LIBRARY, "lazylib", {"run_once"})
+              if m.description == "False -> True" and "busy" in LIBRARY.splitlines()[m.line - 1]]
+    run = _mutate(project, "--only", busy.id, "--json", "hang.json")
+    result = json.loads((project / "hang.json").read_text())["mutants"][0]
+    assert result["status"] == "caught" and "TIMEOUT" in result["message"], (result, run.stderr)
+    # a suite that fails without a mutant would catch everything: the run stops and says why
+    (project / "tests" / "test_lazylib.py").write_text(TESTS + "\ndef test_broken():\n    assert False\n")
+    broken = _mutate(project, "--only", busy.id, "--json", "broken.json", "--retake-coverage")
+    assert broken.returncode == 2 and "does not pass without a mutant" in broken.stderr, broken.stderr
+    assert "test_broken" in broken.stderr
