@@ -6,7 +6,7 @@ imports nothing heavy.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .version import __version__
 __all__ = ["NpuLazy", "__version__", "run_python"]
 
 
