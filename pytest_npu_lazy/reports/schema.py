@@ -1,6 +1,6 @@
 """The JSON report's versioned schema: what a test's result looks like as data, and reading it back.
 
-The pytest side (:mod:`.report`) builds documents with :func:`result_entry`
+The pytest side (:mod:`.reporter`) builds documents with :func:`result_entry`
 and :func:`document`; the matrix and the HTML view read them with
 :func:`load_report`, which says clearly what is wrong with a file instead
 of failing on a missing key. docs/reports.md describes every key.
