@@ -235,7 +235,7 @@ def test_the_cache_counters_read_are_torchs():
 
     spec = find_spec("torch")
     if spec is None:
-        pytest.skip("torch is not installed")
+        pytest.skip("needs torch, which is not installed")
     root = Path(spec.origin).parent
     source = (root / "_inductor" / "codecache.py").read_text() + (
         root / "_functorch" / "_aot_autograd" / "autograd_cache.py").read_text()

@@ -271,7 +271,7 @@ def chromium() -> str:
     """A headless browser; CI installs Debian's chromium (.ci/run), so there a missing one fails the test."""
     found = _chromium_path()
     if found is None:
-        why = "no chromium here (apt-get install chromium)"
+        why = "needs chromium, which is not installed (apt-get install chromium)"
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(why)
         pytest.skip(why)
