@@ -1,7 +1,7 @@
-"""``python -m benchmarks``: see benchmarks/run.py."""
+"""``python -m benchmarks``: see benchmarks/harness.py."""
 
 import sys
 
-from benchmarks.run import main
+from benchmarks.harness import main
 
 sys.exit(main())

@@ -41,6 +41,8 @@ COLUMNS = {
 }
 TARGET_RATIO = 1.5  # module zygotes within 1.5x of pytest-forked, per row
 TARGET_TRIVIAL_MS = 10.0
+RESULT = "modules"
+TARGETS = {"module_trivial_ms": ("<=", TARGET_TRIVIAL_MS), "module_over_forked_worst": ("<=", TARGET_RATIO)}
 
 
 def _write(folder: Path, files: dict[str, str]) -> Path:
@@ -192,6 +194,16 @@ def bench(args, env: dict, work: Path, run_pytest, per_test, forked_python, log)
     return {"rows": rows, "target_ratio": TARGET_RATIO, "target_trivial_ms": TARGET_TRIVIAL_MS,
             "method": "median interval between consecutive pytest_runtest_logstart moments in the pytest process "
                       "(benchmarks/timing.py); the first test is startup"}
+
+
+def figures(result: dict) -> dict:
+    rows = result.get("rows", {})
+    if not rows:
+        return {}
+    ratios = [row["module_over_forked"] for row in rows.values() if "module_over_forked" in row]
+    return {"module_trivial_ms": rows.get("trivial", {}).get("columns", {}).get("module", {}).get("marginal", {})
+            .get("median_ms"),
+            "module_over_forked_worst": max(ratios) if ratios else None}
 
 
 def markdown(result: dict) -> list[str]:

@@ -1,12 +1,27 @@
 """pytest-npu-lazy: prove what importing, compiling and first calls load, in isolated interpreters.
 
-The plugin lives in :mod:`pytest_npu_lazy.plugin`; importing this package
-imports nothing heavy.
+Importing this package imports nothing heavy (never torch, torch_npu or
+triton: the plugin exists to watch those imports). Its public names,
+:class:`NpuLazy` (the fixture's type) and :func:`run_python`, load on first
+use. The pytest hooks live in :mod:`.plugin`. The parts, lowest layer first
+(a module imports only its own layer and those below; test/plugin/test_layout.py
+checks it):
+
+- :mod:`.errors`, :mod:`.compat` (every pytest internal used), :mod:`.version`,
+  :mod:`.torch_build` and :mod:`.torch_source` (torch's build, and where to get
+  the CPU one): the foundation;
+- :mod:`.cann`: the CANN host stub and the emulated NPU, active before torch loads;
+- :mod:`.probe`: what a test loaded, when and why; the ``npu_lazy`` fixture;
+- :mod:`.settings`: marker, command line, environment and ini, resolved once;
+- :mod:`.isolation` (a test in a clean interpreter), :mod:`.python_c`
+  (``python -c`` at fork speed) and :mod:`.reports` (terminal, JSON, JUnit,
+  budget, HTML, matrix), side by side;
+- :mod:`.plugin`: the pytest hooks wiring them together.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .version import __version__
 __all__ = ["NpuLazy", "__version__", "run_python"]
 
 

@@ -24,7 +24,9 @@ class _PluginState:
     """What this pytest process holds for the session."""
 
     def __init__(self, config: pytest.Config) -> None:
-        self.resolver = Resolver(config)
+        from .reports.reporter import needs_module_lists
+
+        self.resolver = Resolver(config, list_modules=needs_module_lists(config))
         self.pool = None  # ZygotePool, created at session start when isolation may be needed
 
 

@@ -16,8 +16,7 @@ import pytest
 
 from .cann.common import ENV_CACHE, ENV_TRACE, MODES
 from .errors import MarkerError
-from .reports.budget import parse_growth
-from .reports.schema import DEFAULT_WATCH
+from .probe.summary import DEFAULT_WATCH
 
 ISOLATE_CHOICES = ("marked", "all", "off")
 ISOLATION_MODES = ("fork", "spawn")
@@ -173,7 +172,9 @@ _RESOLVED = pytest.StashKey["TestSettings | MarkerError"]()
 class Resolver:
     """Resolves settings; the session-wide part once, the marker part per test."""
 
-    def __init__(self, config: pytest.Config) -> None:
+    def __init__(self, config: pytest.Config, list_modules: bool = True) -> None:
+        """``list_modules``: whether a report of this run reads every module of every phase (the reporter
+        says, :func:`pytest_npu_lazy.reports.reporter.needs_module_lists`); children then send them home."""
         self.config = config
         self.isolate = self._choice("isolate", ISOLATE_CHOICES)
         self.isolation = self._choice("isolation", ISOLATION_MODES)
@@ -191,7 +192,7 @@ class Resolver:
         self.module_zygote_memory = _bytes("ini npu_lazy_module_zygote_memory",
                                            config.getini("npu_lazy_module_zygote_memory"))
         self.watch = tuple(config.getini("npu_lazy_watch"))
-        self.list_modules = self._list_modules()
+        self.list_modules = list_modules
         try:
             self.budget_growth = parse_growth(config.getini("npu_lazy_budget_growth"))
         except ValueError as exc:
@@ -217,14 +218,6 @@ class Resolver:
         if seconds < 0:
             raise pytest.UsageError(f"{source} = {value!r} is negative; use a positive number of seconds, or 0 for no limit.")
         return seconds or None
-
-    def _list_modules(self) -> bool:
-        """Every module of every phase goes home with each test only where a report reads them: the JSON's
-        module lists, the HTML view, the import budget (saved or checked) and ``-vv``'s terminal lines."""
-        option = self.config.option
-        return bool(getattr(option, "npu_lazy_json_modules", False) or getattr(option, "npu_lazy_html", None)
-                    or getattr(option, "npu_lazy_save_baseline", None) or getattr(option, "npu_lazy_baseline", None)
-                    or getattr(option, "verbose", 0) > 1)
 
     def _module_zygotes(self) -> int:
         value, source = self.config.getoption("npu_lazy_module_zygotes"), "--npu-lazy-module-zygotes"
@@ -350,6 +343,19 @@ def _validated(key: str, value: Any) -> Any:
                               "or 0 or None for no limit.")
         return float(value) or None
     raise AssertionError(key)  # pragma: no cover - MARKER_OPTIONS and this function list the same keys
+
+
+def parse_growth(text: str) -> float:
+    """``"5%"`` or ``"5"`` -> 0.05: how much a phase's module count may grow over the import budget's baseline."""
+    value = str(text).strip()
+    number = value[:-1] if value.endswith("%") else value
+    try:
+        growth = float(number) / 100
+    except ValueError:
+        raise ValueError(f"npu_lazy_budget_growth = {text!r}: expected a percentage such as 5%") from None
+    if growth < 0:
+        raise ValueError(f"npu_lazy_budget_growth = {text!r}: must not be negative")
+    return growth
 
 
 _UNITS = {"": 1, "b": 1, "kib": 1 << 10, "kb": 1000, "mib": 1 << 20, "mb": 1000 ** 2, "gib": 1 << 30, "gb": 1000 ** 3}

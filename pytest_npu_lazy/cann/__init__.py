@@ -1,20 +1,29 @@
-"""CANN host stub: lets torch_npu's real Python code run on machines without Ascend software.
+"""CANN for torch_npu on any machine: the host stub and the emulated NPU.
 
 torch_npu's native libraries list CANN sonames (libhccl.so, libascendcl.so, ...) in
 DT_NEEDED, so without CANN even ``import torch`` fails (torch auto-loads torch_npu).
-This module reads those ELF files, works out which sonames and symbols only CANN can
+This package reads those ELF files, works out which sonames and symbols only CANN can
 provide (everything torch, libpython and the system provide is dropped), compiles one
-small stub library per soname whose functions all fail with "no device", and loads the
-stubs with RTLD_GLOBAL before torch is imported. The dynamic linker then matches them by
-soname: ``import torch_npu`` works and ``torch.npu.is_available()`` is False. Child
-processes get the same stubs through LD_LIBRARY_PATH (see CannStatus.env).
+small library per soname and loads them with RTLD_GLOBAL before torch is imported. The
+dynamic linker then matches them by soname. The **host stub**'s functions all fail with
+"no device", so ``torch.npu.is_available()`` is False; the **emulated NPU**'s run device
+discovery, initialisation, streams, events and host-backed memory, and refuse kernels,
+operators and collectives (a refusal loses the device). Child processes get the same
+libraries through LD_LIBRARY_PATH (see CannStatus.env).
 
-Nothing here imports torch, torch_npu or triton: the package must run before them.
+Nothing here imports torch, torch_npu or triton, nor any other part of the plugin: the
+package must run before them.
 
-The parts, one module each: ``elf`` (reading the libraries), ``analysis``
-(what only CANN provides), ``build`` (C source, compiler, shared cache),
-``activation`` (real, stub or off, before torch loads), ``device`` (does a
-real NPU answer), ``__main__`` (the command line).
+- :mod:`.common`: modes, variables, the error type; versions from metadata;
+- :mod:`.elf`: reading the libraries (pyelftools);
+- :mod:`.analysis`: what only CANN provides;
+- :mod:`.build`: C source, compiler, the shared cache;
+- :mod:`.emulation`: the emulated NPU's model, built from ``emulation.c``;
+- ``device_calls.c``: the recorder every stub and emulation library links;
+- :mod:`.triton_driver`: the emulated NPU's Triton driver (compiles and runs nothing);
+- :mod:`.activation`: real, stub, emulate or off, made active before torch loads;
+- :mod:`.device`: does a real NPU answer;
+- :mod:`.__main__`: the command line, ``python -m pytest_npu_lazy.cann``.
 """
 
 from __future__ import annotations

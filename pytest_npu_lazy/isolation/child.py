@@ -69,7 +69,7 @@ class ChildRelay(CollectionObserver):
             self.outputs.send_junit_extras()
             if self.state is not None:
                 self.state.finish()
-                report.npu_lazy = self.state.summary()  # type: ignore[attr-defined]
+                report.npu_lazy = self.state.summary().to_dict()  # type: ignore[attr-defined]
         data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
         send(self.channel, messages.Report(data))
 
@@ -157,7 +157,7 @@ def collect_in_phase(state: probe.ProbeState, settings: TestSettings, session: p
 class TestRun:
     """One isolated test inside the child process."""
 
-    def __init__(self, relay: ChildRelay, settings: TestSettings, target: Target, isolation: str,
+    def __init__(self, relay: ChildRelay, settings: TestSettings, target: Target,
                  state: probe.ProbeState | None = None) -> None:
         """``state``: the one a module zygote made when it collected the module (its collect phase and
         imports become this test's own, as they were made for it); None makes a new one."""
@@ -168,12 +168,7 @@ class TestRun:
         self.target = target
         self.nodeid = nodeid = target.nodeid
         adopt_basetemp(self.config, target.basetemp)
-        if state is None:
-            state = probe.new_state(nodeid, isolation, settings.baseline.label, settings.baseline.preload,
-                                    preload_source=settings.preload_source)
-        state.nodeid, state.preload_source, state.watch = nodeid, settings.preload_source, settings.watch
-        state.list_modules = settings.list_modules
-        self.state = state
+        self.state = probe.ProbeState.for_settings(settings, nodeid) if state is None else state.adopt(settings, nodeid)
         self.state.listener = lambda phase: send(self.channel, messages.Phase(**phase))  # a crash still shows them
         self.state.replay_phases()  # a module zygote's collect phase, told to the pytest process now
         set_title("child", nodeid)
@@ -256,12 +251,13 @@ class TestRun:
         return False
 
 
-def receive_prepare(channel: Channel) -> messages.Prepare:
-    """A child's first message: always Prepare (the launcher contract), or a ProtocolError."""
+def receive_prepare(channel: Channel) -> tuple[TestSettings, Target]:
+    """A child's first message: always Prepare (the launcher contract), or a ProtocolError; its test's
+    settings and target, read back once here for every kind of child."""
     message, _ = messages.CHILD_ACCEPTS.receive(channel)
     if not isinstance(message, messages.Prepare):
         raise ProtocolError(f"a test child's first message must be {messages.Prepare.KIND!r}, not {message.KIND!r}")
-    return message
+    return TestSettings.from_dict(message.settings), Target.from_dict(message.target)
 
 
 def receive_run(channel: Channel, nodeid: str) -> None:
@@ -280,8 +276,8 @@ def serve_child(channel: Channel, session: pytest.Session) -> None:
     """
     relay = become_forked_child(channel, session.config)
 
-    def ready(prepare: messages.Prepare) -> tuple[TestRun, bool]:
-        run = TestRun(relay, TestSettings.from_dict(prepare.settings), Target.from_dict(prepare.target), "fork")
+    def ready(settings: TestSettings, target: Target) -> tuple[TestRun, bool]:
+        run = TestRun(relay, settings, target)
         return run, run.guarded(lambda: run.collect(session))
 
     serve_test(channel, ready)
@@ -296,13 +292,13 @@ def become_forked_child(channel: Channel, config: pytest.Config) -> ChildRelay:
 
 
 def serve_test(channel: Channel, ready) -> None:
-    """A forked child's life once it is one: Prepare, ``ready(prepare)`` -> (run, go on?), Run, run, report.
+    """A forked child's life once it is one: Prepare, ``ready(settings, target)`` -> (run, go on?), Run, run, report.
 
     A spare child usually gets Prepare while the test before it still runs,
     so readying is off the critical path; Run then starts at once.
     """
     try:
-        run, go_on = ready(receive_prepare(channel))
+        run, go_on = ready(*receive_prepare(channel))
         receive_run(channel, run.nodeid)
     except ProtocolError as exc:
         print(f"pytest-npu-lazy: a test child ends: {exc}", file=sys.stderr)
@@ -335,11 +331,9 @@ class SpawnedSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        prepare = receive_prepare(self.channel)  # a ProtocolError ends this process: its parent reports it
-        settings = TestSettings.from_dict(prepare.settings)
+        settings, target = receive_prepare(self.channel)  # a ProtocolError ends this process: its parent reports it
         failure, _ = import_preload(settings.baseline.preload, self.config, capture=False)
-        target = Target.from_dict(prepare.target)
-        self.run = TestRun(become_test_process(self.channel, self.config), settings, target, "spawn")
+        self.run = TestRun(become_test_process(self.channel, self.config), settings, target)
         if failure is not None:
             self.run.not_run(f"npu_lazy: {settings.baseline.label} could not be prepared: {failure}", error=True)
             self._exit()

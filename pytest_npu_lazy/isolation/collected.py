@@ -48,8 +48,7 @@ class ModuleCollection:
         adopt_basetemp(config, target.basetemp)
         self.observer = WarningKeeper()
         config.pluginmanager.register(self.observer, "npu_lazy_module_collection")
-        self.state = probe.new_state(target.nodeid, "fork", settings.baseline.label, settings.baseline.preload,
-                                     preload_source=settings.preload_source)
+        self.state = probe.ProbeState.for_settings(settings, target.nodeid)
         probe.set_active_state(self.state)
         #: ``problem``: the text of every test's error when not None
         self.items, self.problem = collect_in_phase(self.state, settings, session, target)
@@ -74,9 +73,8 @@ def serve_collected_child(channel: Channel, session: pytest.Session, module: Mod
         for warning_message, when, nodeid, location in module.observer.warnings:
             relay.send_warning(warning_message, when, nodeid, location)
 
-    def ready(prepare) -> tuple[TestRun, bool]:
-        run = TestRun(relay, TestSettings.from_dict(prepare.settings), Target.from_dict(prepare.target), "fork",
-                      state=module.state)
+    def ready(settings: TestSettings, target: Target) -> tuple[TestRun, bool]:
+        run = TestRun(relay, settings, target, state=module.state)
         if module.problem is not None:
             run.not_run(module.problem, error=True)
             return run, True

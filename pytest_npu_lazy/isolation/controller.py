@@ -291,10 +291,7 @@ class ChildRun:
         reports = synthesized(self.item, when, text, error=error, sections=sections)
         reports[0].duration = self.progress.elapsed(RUNNER_PHASE_OF[when])
         if self.progress.phases:  # how far it got, for the summary, JSON and HTML
-            reports[-1].npu_lazy = self.progress.summary({  # type: ignore[attr-defined]
-                "isolation": self.settings.isolation, "baseline": self.settings.baseline.label,
-                "preload": list(self.settings.baseline.preload), "blocked": list(self.settings.block),
-                "watch": list(self.settings.watch)})
+            reports[-1].npu_lazy = self.progress.summary(self.settings).to_dict()  # type: ignore[attr-defined]
         for report in reports:
             self._log(report)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 
+from ..probe.summary import Summary
 from .messages import Phase
 
 #: the report's ``when`` -> the runner phase it covers
@@ -44,11 +45,9 @@ class PhaseProgress:
             return phase["duration"]
         return time.monotonic() - self._received.get(name, time.monotonic())
 
-    def summary(self, base: dict) -> dict:
-        """``ProbeState.summary()``'s shape for a child that died: ``base`` plus the phases it reached."""
-        phases = []
-        for name, phase in self.phases.items():
-            phases.append({"name": name, "parent": phase["parent"], "start": phase["start"],
-                           "duration": self.elapsed(name), "unfinished": phase["duration"] is None,
-                           "module_count": None, "modules": [], "watched": []})
-        return {**base, "incomplete": True, "phases": phases}
+    def summary(self, settings) -> Summary:
+        """The summary of a child that died: the test's ``settings`` and the phases it reached."""
+        return Summary.reached(settings, [
+            {"name": name, "parent": phase["parent"], "start": phase["start"], "duration": self.elapsed(name),
+             "unfinished": phase["duration"] is None, "module_count": None, "modules": [], "watched": []}
+            for name, phase in self.phases.items()])

@@ -1,7 +1,15 @@
 """The probe: what a test's phases loaded, why, and whether it ran what it promised.
 
-:mod:`.recorder` sees every first import; :mod:`.fixture` is the
-``npu_lazy`` fixture built on it, with :mod:`.tracking` (did a function run),
-:mod:`.blocking` (make a module look absent) and :mod:`.modules` (questions
-about names, answered without importing).
+It runs in whatever process runs the test (an isolated child, or the pytest
+process for an unmarked test) and imports nothing of isolation or reports.
+
+- :mod:`.recorder`: sees every first import, with its phase, importer and triggering line;
+- :mod:`.state`: one test's phases, made from its settings in one step (``ProbeState.for_settings``);
+- :mod:`.summary`: the typed :class:`~.summary.Summary` the reports read, and the default watch list;
+- :mod:`.fixture`: the ``npu_lazy`` fixture, its assertions and violations as data;
+- :mod:`.tracking`: did a function run (``ran()``), without importing its module early;
+- :mod:`.blocking`: make a module look absent;
+- :mod:`.modules`: questions about module names, answered without importing;
+- :mod:`.device_calls`: the ACL / HCCL calls the CANN stub or emulation recorded, per phase;
+- :mod:`.inductor_cache`: whether a test compiled against a cold or a warm Inductor cache.
 """

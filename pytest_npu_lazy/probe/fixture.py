@@ -20,7 +20,7 @@ from ..errors import BaselineContaminatedError, BlockError, NpuLazyWarning, Prob
 from .modules import unknown_name_problem
 from .recorder import ImportRecord
 from .state import (RESERVED_PHASES, PhaseSpan, ProbeState, _explaining_record, active_state,
-                    format_chain, new_state, set_active_state)
+                    format_chain, set_active_state)
 
 #: the attribute of a broken guarantee's AssertionError, and of the test report it fails, that holds it as data
 VIOLATION_ATTRIBUTE = "npu_lazy_violation"
@@ -363,13 +363,6 @@ def _contamination_message(state: ProbeState, pattern: str, record: ImportRecord
             f"can prove nothing about deferred loading. Fix: {fix}")
 
 
-_IN_PROCESS_LABELS = {
-    "pytest-forked": "a fork of the pytest process (pytest-forked)",
-    "isolate-off": "the pytest process (isolation switched off)",
-    "not-marked": "the pytest process (test not isolated)",
-}
-
-
 def unmarked_fixture_warning(nodeid: str) -> str:
     """Why a test that asks for the probe but has no marker should not stay quiet about it."""
     return (f"{nodeid} uses the npu_lazy fixture but has no @pytest.mark.npu_lazy, so it runs in the pytest "
@@ -395,11 +388,10 @@ def probe_for(node, settings, isolate: str = "marked") -> Iterator[NpuLazy]:
     reason = "pytest-forked" if forked else "isolate-off" if isolate == "off" else "not-marked"
     if reason == "not-marked" and isolate == "marked" and node.get_closest_marker("npu_lazy") is None:
         warnings.warn(NpuLazyWarning(unmarked_fixture_warning(node.nodeid)), stacklevel=1)
-    state = new_state(node.nodeid, "in-process", _IN_PROCESS_LABELS[reason], in_process_reason=reason)
+    options = settings()
+    state = ProbeState.for_settings(options, node.nodeid, in_process_reason=reason)
     set_active_state(state)
     try:
-        options = settings()
-        state.watch, state.list_modules = options.watch, options.list_modules
         state.blocker.block(*options.block)
         for target in options.track:
             state.tracker.track(target)

@@ -3,7 +3,9 @@
 Shared by the isolated child, which creates it before the test is
 collected and sends :meth:`ProbeState.summary` home with the teardown
 report, and the ``npu_lazy`` fixture (:mod:`.fixture`), which answers the
-test's questions from it. One state is active per process at a time.
+test's questions from it. One state is active per process at a time;
+:meth:`ProbeState.for_settings` makes it from the test's settings, the one
+place they are copied in.
 """
 
 from __future__ import annotations
@@ -17,8 +19,15 @@ from .blocking import ModuleBlocker
 from .device_calls import DEVICE_CALLS, DeviceCall, DeviceCallLog, place_in_phases, summarise
 from ..errors import ProbeUsageError
 from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder, matches
-from ..reports.schema import DEFAULT_WATCH
+from .summary import DEFAULT_WATCH, Summary
 from .tracking import CallTracker
+
+#: what an in-process test started from, by why it is not isolated (ProbeState.in_process_reason)
+IN_PROCESS_LABELS = {
+    "pytest-forked": "a fork of the pytest process (pytest-forked)",
+    "isolate-off": "the pytest process (isolation switched off)",
+    "not-marked": "the pytest process (test not isolated)",
+}
 
 #: Phases the runner sets around pytest's own protocol; tests cannot reuse them.
 RUNNER_PHASES = ("collect", "setup", "test", "teardown")
@@ -77,6 +86,28 @@ class ProbeState:
     device_calls_before: int = 0
     #: what the test recorded for its report with npu_lazy.record (a generated kernel's source, a boundary)
     records: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def for_settings(cls, settings, nodeid: str, in_process_reason: str | None = None,
+                     recorder: ImportRecorder = RECORDER) -> "ProbeState":
+        """State for a test starting now under ``settings`` (a TestSettings): everything loaded so far is its
+        baseline. ``in_process_reason`` (see :attr:`in_process_reason`): the test runs in the pytest process,
+        whose baseline is everything it loaded, not a zygote's preload."""
+        if in_process_reason is None:
+            isolation, label, preload = settings.isolation, settings.baseline.label, settings.baseline.preload
+        else:
+            isolation, label, preload = "in-process", IN_PROCESS_LABELS[in_process_reason], ()
+        state = new_state(nodeid, isolation, label, preload, recorder=recorder, in_process_reason=in_process_reason)
+        return state.adopt(settings, nodeid)
+
+    def adopt(self, settings, nodeid: str) -> "ProbeState":
+        """Make this state the test ``nodeid``'s, under its ``settings``: a module zygote's state, made when it
+        collected the module, becomes each of its tests' own in the test's child."""
+        self.nodeid = nodeid
+        self.preload_source = settings.preload_source
+        self.watch = tuple(settings.watch)
+        self.list_modules = settings.list_modules
+        return self
 
     def __post_init__(self) -> None:
         if self.tracker is None:
@@ -180,8 +211,8 @@ class ProbeState:
         self.recorder.sweep()
         self.blocker.restore()
 
-    def summary(self) -> dict:
-        """Plain data for the reports (terminal, JSON, JUnit, budget, HTML), sent home with the teardown report.
+    def summary(self) -> Summary:
+        """What the reports (terminal, JSON, JUnit, budget, HTML) read, sent home with the teardown report.
 
         Per phase: its place in time (seconds from the test's start), the
         modules first loaded in it with importer, start and duration (the
@@ -219,17 +250,17 @@ class ProbeState:
         device_calls = self._device_call_summary()
         spans += [(name, None, spans[-1][2] if spans else 0.0, 0.0) for name in device_calls
                   if name not in {span[0] for span in spans}]
-        return {
-            "device_calls_unavailable": self.device_log.unavailable,
-            "device_calls_dropped": self.device_log.dropped,
-            "records": dict(self.records),
-            "isolation": self.isolation,
-            "baseline": self.baseline_label,
-            "preload": list(self.preload),
-            "blocked": list(self.blocker.blocked),
-            "watch": list(watch),
-            "inductor_cache": inductor_cache.state(self.cache_counters, inductor_cache.snapshot()),
-            "phases": [
+        return Summary(
+            device_calls_unavailable=self.device_log.unavailable,
+            device_calls_dropped=self.device_log.dropped,
+            records=dict(self.records),
+            isolation=self.isolation,
+            baseline=self.baseline_label,
+            preload=tuple(self.preload),
+            blocked=tuple(self.blocker.blocked),
+            watch=tuple(watch),
+            inductor_cache=inductor_cache.state(self.cache_counters, inductor_cache.snapshot()),
+            phases=tuple(
                 {"name": name, "parent": parent, "start": start, "duration": duration,
                  "module_count": len(by_phase.get(name, [])),
                  "modules": [_module_entry(r, self.offset(r.started)) for r in by_phase.get(name, [])]
@@ -237,8 +268,8 @@ class ProbeState:
                  "watched": watched(by_phase.get(name, [])),
                  "device_calls": device_calls.get(name, [])}
                 for name, parent, start, duration in spans
-            ],
-        }
+            ),
+        )
 
     # -- device calls -------------------------------------------------------
     def device_calls(self) -> list[DeviceCall]:

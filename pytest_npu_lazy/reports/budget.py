@@ -17,40 +17,28 @@ from typing import Iterable
 
 from ..probe import inductor_cache
 from ..probe.recorder import importers, matches
+from ..probe.summary import Summary
 from .schema import BASELINE_SCHEMA, BASELINE_SCHEMA_VERSION
 
 #: New modules listed per phase in a failure; the JSON report has them all.
 MAX_LISTED = 12
 
 
-def parse_growth(text: str) -> float:
-    """``"5%"`` or ``"5"`` -> 0.05: how much a phase's module count may grow."""
-    value = str(text).strip()
-    number = value[:-1] if value.endswith("%") else value
-    try:
-        growth = float(number) / 100
-    except ValueError:
-        raise ValueError(f"npu_lazy_budget_growth = {text!r}: expected a percentage such as 5%") from None
-    if growth < 0:
-        raise ValueError(f"npu_lazy_budget_growth = {text!r}: must not be negative")
-    return growth
-
-
-def baseline_entry(summary: dict) -> dict:
+def baseline_entry(summary: Summary) -> dict:
     """A test's phases as the baseline keeps them: module count and sorted names, and the Inductor cache state."""
-    return {"inductor_cache": summary.get("inductor_cache"), "phases": {
+    return {"inductor_cache": summary.inductor_cache, "phases": {
         phase["name"]: {"count": phase.get("module_count", len(phase["modules"])),
                         "modules": sorted(m["name"] for m in phase["modules"])}
-        for phase in summary.get("phases", [])
+        for phase in summary.phases
     }}
 
 
-def not_comparable(baseline: dict, summary: dict) -> str | None:
+def not_comparable(baseline: dict, summary: Summary) -> str | None:
     """Why this test's run cannot be judged against its baseline entry (cold against warm cache), or None."""
-    return inductor_cache.not_comparable(baseline.get("inductor_cache", ...), summary.get("inductor_cache"))
+    return inductor_cache.not_comparable(baseline.get("inductor_cache", ...), summary.inductor_cache)
 
 
-def baseline_document(environment: dict, watch: Iterable[str], summaries: dict[str, dict]) -> dict:
+def baseline_document(environment: dict, watch: Iterable[str], summaries: dict[str, Summary]) -> dict:
     return {
         "schema": BASELINE_SCHEMA,
         "schema_version": BASELINE_SCHEMA_VERSION,
@@ -60,9 +48,9 @@ def baseline_document(environment: dict, watch: Iterable[str], summaries: dict[s
     }
 
 
-def _loads(summary: dict) -> dict[str, dict]:
+def _loads(summary: Summary) -> dict[str, dict]:
     """Every module this test loaded, across its phases."""
-    return {m["name"]: m for phase in summary.get("phases", []) for m in phase["modules"]}
+    return {m["name"]: m for phase in summary.phases for m in phase["modules"]}
 
 
 def chain_of(name: str, loads: dict[str, dict]) -> list[str]:
@@ -72,7 +60,7 @@ def chain_of(name: str, loads: dict[str, dict]) -> list[str]:
     return [*chain, trigger] if trigger else chain
 
 
-def check(baseline: dict, summary: dict, watch: Iterable[str], growth: float) -> list[dict]:
+def check(baseline: dict, summary: Summary, watch: Iterable[str], growth: float) -> list[dict]:
     """Problems of one test against its baseline entry; empty when within budget.
 
     ``baseline`` is the test's entry in the baseline file (``{"phases": ...}``).
@@ -80,7 +68,7 @@ def check(baseline: dict, summary: dict, watch: Iterable[str], growth: float) ->
     watch = list(watch)
     loads = _loads(summary)
     problems: list[dict] = []
-    for phase in summary.get("phases", []):
+    for phase in summary.phases:
         before = baseline.get("phases", {}).get(phase["name"])
         if before is None:
             continue

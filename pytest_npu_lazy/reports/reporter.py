@@ -1,7 +1,8 @@
 """Reports for people and CI: terminal summary, JSON, JUnit properties, import budget, HTML.
 
-Each isolated test's child attaches ``ProbeState.summary()`` to its teardown
-report as ``report.npu_lazy``. The :class:`Reporter` reads it where pytest's
+Each isolated test's child attaches its :class:`~pytest_npu_lazy.probe.summary.Summary`
+to its teardown report as ``report.npu_lazy`` (plain data). The :class:`Reporter`
+reads it back once, where pytest's
 own reports are logged: the pytest process, or under pytest-xdist the
 controller (xdist forwards the attribute), never a worker or a child. So
 there is one place that sees every test, and ``-n 2`` writes one file.
@@ -17,6 +18,8 @@ from typing import Any
 import pytest
 
 from .. import compat
+from ..probe.summary import Summary
+from ..version import __version__
 from . import budget, terminal
 from .schema import (ReportError, document, load_baseline, relative_paths, result_entry,
                      write_json, write_text)
@@ -46,6 +49,16 @@ def add_options(parser: pytest.Parser) -> None:
                          "fails the test (ERROR at teardown)")
 
 
+def needs_module_lists(config: pytest.Config) -> bool:
+    """Whether a report of this run reads every module of every phase: the JSON's module lists, the HTML
+    view, the import budget (saved or checked) and ``-vv``'s terminal lines. Only then do children send
+    them home with each test (they are the largest part of a summary)."""
+    option = config.option
+    return bool(getattr(option, "npu_lazy_json_modules", False) or getattr(option, "npu_lazy_html", None)
+                or getattr(option, "npu_lazy_save_baseline", None) or getattr(option, "npu_lazy_baseline", None)
+                or getattr(option, "verbose", 0) > 1)
+
+
 @dataclass
 class Result:
     """What the pytest process learnt about one test from its reports."""
@@ -55,7 +68,7 @@ class Result:
     seen: list[tuple[str, str, bool, bool]] = field(default_factory=list)  # when, outcome, xfail, npu_lazy_error
     message: str | None = None
     violation: dict | None = None
-    summary: dict | None = None
+    summary: Summary | None = None
     budget: list[dict] | None = None
     #: why the budget gate did not judge this test (a cold cache against a warm baseline...)
     not_judged: str | None = None
@@ -113,11 +126,11 @@ def _skip_reason(report: pytest.TestReport) -> str | None:
 
 
 def junit_properties(result: Result) -> list[tuple[str, str]]:
-    """The key facts of an isolated test as JUnit ``<property>`` elements."""
-    summary = result.summary or {}
-    phases = summary.get("phases", [])
+    """The key facts of an isolated test (one with a summary) as JUnit ``<property>`` elements."""
+    summary = result.summary
+    phases = summary.phases
     props = [
-        ("npu_lazy.isolation", str(summary.get("isolation"))),
+        ("npu_lazy.isolation", str(summary.isolation)),
         ("npu_lazy.phases", ", ".join(f"{p['name']} {p['duration']:.3f}s ({terminal.phase_modules(p)})"
                                       for p in phases)),
     ]
@@ -125,7 +138,7 @@ def junit_properties(result: Result) -> list[tuple[str, str]]:
     for phase in phases:
         for watched in phase.get("watched", []):
             first.setdefault(watched["pattern"], (phase["name"], watched))
-    for pattern in summary.get("watch", []):
+    for pattern in summary.watch:
         if pattern in first:
             phase, watched = first[pattern]
             props.append((f"npu_lazy.first_loaded.{pattern}", phase))
@@ -177,26 +190,26 @@ class Reporter:
         if not self._reporting():
             return
         result = self.results.setdefault(report.nodeid, Result(report.nodeid))
-        summary = getattr(report, "npu_lazy", None)
-        if report.when == "teardown" and isinstance(summary, dict):
-            result.summary = summary
+        data = getattr(report, "npu_lazy", None)
+        if report.when == "teardown" and isinstance(data, dict):
+            result.summary = Summary.from_dict(data)
             if self.baseline is not None:
                 self._judge_budget(report, result)
         result.add(report)
-        if report.when == "teardown" and isinstance(summary, dict):
+        if report.when == "teardown" and isinstance(data, dict):
             report.user_properties.extend(junit_properties(result))
 
     def _judge_budget(self, report: pytest.TestReport, result: Result) -> None:
         entry = self.baseline["tests"].get(report.nodeid)
         if entry is None:
             return
-        if result.summary.get("incomplete"):
+        if result.summary.incomplete:
             result.not_judged = "the child died before it could report what it loaded"
             return
         result.not_judged = budget.not_comparable(entry, result.summary)
         if result.not_judged:
             return
-        problems = budget.check(entry, result.summary, result.summary.get("watch", self.watch), self.growth)
+        problems = budget.check(entry, result.summary, result.summary.watch, self.growth)
         if not problems:
             return
         result.budget = problems
@@ -235,10 +248,8 @@ class Reporter:
             "watch": list(self.watch),
             "baseline": self.baseline_path,
             "budget_growth": self.growth,
+            "plugin_version": __version__,
         }
-        from .. import __version__
-
-        run["plugin_version"] = __version__
         return relative_paths(document(self.environment(), run, [r.entry(with_modules) for r in self.results.values()]),
                               self.path_roots())
 

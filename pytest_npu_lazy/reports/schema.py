@@ -1,6 +1,6 @@
 """The JSON report's versioned schema: what a test's result looks like as data, and reading it back.
 
-The pytest side (:mod:`.report`) builds documents with :func:`result_entry`
+The pytest side (:mod:`.reporter`) builds documents with :func:`result_entry`
 and :func:`document`; the matrix and the HTML view read them with
 :func:`load_report`, which says clearly what is wrong with a file instead
 of failing on a missing key. docs/reports.md describes every key.
@@ -18,13 +18,12 @@ import re
 import tempfile
 from typing import Any
 
+from ..probe.summary import Summary
+
 SCHEMA = "pytest-npu-lazy-report"
 SCHEMA_VERSION = 1
 BASELINE_SCHEMA = "pytest-npu-lazy-baseline"
 BASELINE_SCHEMA_VERSION = 1
-
-#: The modules of the deferred-loading guarantees: what the reports watch by default.
-DEFAULT_WATCH = ("torch._dynamo", "torch._inductor", "torch_npu._inductor", "triton")
 
 OUTCOMES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 
@@ -72,9 +71,8 @@ def phase_entry(phase: dict, with_modules: bool) -> dict:
 
 def result_entry(nodeid: str, outcome: str, duration: float, *, message: str | None = None,
                violation: dict | None = None, budget: list[dict] | None = None, not_judged: str | None = None,
-               worker: str | None = None, summary: dict | None = None, with_modules: bool = False) -> dict:
-    """A test as the JSON report has it; ``summary`` is ``ProbeState.summary()`` (None: not isolated)."""
-    summary = summary or {}
+               worker: str | None = None, summary: Summary | None = None, with_modules: bool = False) -> dict:
+    """A test as the JSON report has it; ``summary``: what its child reported (None: not isolated)."""
     return {
         "nodeid": nodeid,
         "outcome": outcome,
@@ -84,16 +82,21 @@ def result_entry(nodeid: str, outcome: str, duration: float, *, message: str | N
         "budget": budget,
         "budget_not_judged": not_judged,
         "worker": worker,
-        "inductor_cache": summary.get("inductor_cache"),
-        "isolation": summary.get("isolation"),
-        "baseline": summary.get("baseline"),
-        "preload": summary.get("preload", []),
-        "blocked": summary.get("blocked", []),
-        "device_calls_unavailable": summary.get("device_calls_unavailable"),
-        "device_calls_dropped": summary.get("device_calls_dropped", 0),
-        "records": summary.get("records", {}),
-        "phases": [phase_entry(p, with_modules) for p in summary.get("phases", [])],
+        **(_summary_keys(summary, with_modules) if summary is not None else _NOT_ISOLATED),
     }
+
+
+#: the summary's keys of a test that ran in the pytest process
+_NOT_ISOLATED = {"inductor_cache": None, "isolation": None, "baseline": None, "preload": [], "blocked": [],
+                 "device_calls_unavailable": None, "device_calls_dropped": 0, "records": {}, "phases": []}
+
+
+def _summary_keys(summary: Summary, with_modules: bool) -> dict:
+    return {"inductor_cache": summary.inductor_cache, "isolation": summary.isolation, "baseline": summary.baseline,
+            "preload": list(summary.preload), "blocked": list(summary.blocked),
+            "device_calls_unavailable": summary.device_calls_unavailable,
+            "device_calls_dropped": summary.device_calls_dropped, "records": dict(summary.records),
+            "phases": [phase_entry(p, with_modules) for p in summary.phases]}
 
 
 def document(environment: dict, run: dict, tests: list[dict]) -> dict:

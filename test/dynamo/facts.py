@@ -70,8 +70,9 @@ def deferred_setup_missing(version: Version | None) -> str | None:
     first = DEFERRED_SETUP_SINCE[oldest] if line < oldest else DEFERRED_SETUP_SINCE[line]
     if version >= first:
         return None
-    return (f"torch_npu {version} predates the deferred Dynamo/Inductor set-up (first in {first} on its line): "
-            f"its `import torch_npu` imports torch._dynamo, so these guarantees do not apply to it")
+    return (f"needs torch_npu {first} or newer on its line: torch_npu {version} predates the deferred "
+            f"Dynamo/Inductor set-up (first in {first}), its `import torch_npu` imports torch._dynamo, so these "
+            "guarantees do not apply to it")
 
 
 #: for the tests of the deferred set-up: skipped, saying why, on a torch_npu release that has none

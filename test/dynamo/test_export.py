@@ -41,7 +41,8 @@ ONNX_MISSING = [name for name in ("onnxscript", "onnx") if importlib.util.find_s
 def _entry(npu_lazy, package: str, how: str, name: str):
     """Import torch_npu (phase 'import') and return ``package.name``, bound before or after that import.
 
-    Skips, naming the torch release, when torch has no such entry point.
+    Skips, naming the torch release and what to install, when torch has no such entry point (PyTorch removed
+    ``export_for_training``, ``export_for_inference`` and ``torch.onnx.dynamo_export`` from later releases).
     """
     import importlib
 
@@ -49,7 +50,8 @@ def _entry(npu_lazy, package: str, how: str, name: str):
 
     module = importlib.import_module(package)
     if not hasattr(module, name):
-        pytest.skip(f"torch {torch.__version__} has no {package}.{name}")
+        pytest.skip(f"needs a torch that still has {package}.{name}, which PyTorch removed: torch {torch.__version__} "
+                    "has none; run this case with an older torch that has it, and the torch_npu built for that torch")
     with npu_lazy.phase("prebind"):
         bound = getattr(module, name) if how == "prebound" else None
     with npu_lazy.phase("import"):

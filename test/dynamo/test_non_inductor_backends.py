@@ -115,7 +115,8 @@ def test_npu_backend_without_a_device_sets_up_no_inductor(npu_lazy):
         import torch
         import torch_npu  # noqa: F401
     if torch.npu.is_available():
-        pytest.skip("an NPU is usable: test_non_inductor_backends_on_npu covers the npu backend")
+        pytest.skip("needs a machine without a usable NPU: here one is usable, and "
+                    "test_non_inductor_backends_on_npu covers the npu backend")
     state, why, missing = torchair_state()
     model, x = _model(torch), torch.randn(8)
     if state == "importable":
@@ -140,7 +141,7 @@ def test_non_inductor_backends_on_npu(npu_lazy, backend):
     """Needs a device: the same backends on NPU tensors; ``npu`` compiles through torchair when it imports."""
     torchair = torchair_state()
     if backend == "npu" and torchair.state != "importable":
-        pytest.skip(torchair.why)
+        pytest.skip(f"needs torch_npu's bundled torchair to import for backend='npu': {torchair.why}")
     _compile_and_run(npu_lazy, backend, "npu")
 
 

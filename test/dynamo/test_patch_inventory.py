@@ -35,8 +35,8 @@ def newer_than_installed(what: str) -> str | None:
     version = torch_npu_version()
     if version is None or version.release[:2] > NEWEST_LINE_WITHOUT_MASTER_CHANGES:
         return None
-    return (f"torch_npu {version}: {what} is newer than this release (torch_npu 2.13.0 and 2.14.0 do not have it; "
-            "torch_npu master's own test expects it)")
+    return (f"needs a torch_npu newer than 2.14 (built from torch_npu master, Ascend/pytorch, until a release "
+            f"has it): {what} is in master, whose own test expects it, not in torch_npu {version} (nor in 2.14.0)")
 
 
 def defined_at(obj) -> str:

@@ -207,6 +207,6 @@ def forked_python(tmp_path_factory) -> str:
     if error is not None:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(error)
-        pytest.skip(error)
+        pytest.skip(f"needs a side venv with pytest {FORKED_PYTEST} and pytest-forked, which could not be made: {error}")
     return str(python_of(venv))
 

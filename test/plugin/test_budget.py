@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import xml.etree.ElementTree as ET
 
 import pytest
 from packaging.version import Version
 
+from pytest_npu_lazy.probe.summary import Summary
 from pytest_npu_lazy.reports import budget
+from pytest_npu_lazy.settings import parse_growth
 
 
-def _summary(phases: dict[str, list[tuple[str, str | None]]], watched: dict[str, list[dict]] | None = None) -> dict:
+def _summary(phases: dict[str, list[tuple[str, str | None]]], watched: dict[str, list[dict]] | None = None) -> Summary:
     """A ProbeState.summary() by hand: phase -> [(module, importer)]."""
     watched = watched or {}
-    return {"watch": ["heavy.helpers"], "phases": [
+    return Summary.from_dict({"watch": ["heavy.helpers"], "phases": [
         {"name": name, "parent": None, "start": 0.0, "duration": 0.1, "module_count": len(mods),
          "modules": [{"name": m, "parent": p, "start": 0.0, "duration": 0.0, "untracked": False} for m, p in mods],
          "watched": watched.get(name, [])}
-        for name, mods in phases.items()]}
+        for name, mods in phases.items()]})
 
 
 BASE = _summary({"import": [("heavy", None), ("heavy.core", "heavy")] + [(f"dep{i}", None) for i in range(18)],
@@ -26,13 +29,13 @@ BASE = _summary({"import": [("heavy", None), ("heavy.core", "heavy")] + [(f"dep{
 
 
 def test_parse_growth():
-    assert budget.parse_growth("5%") == pytest.approx(0.05)
-    assert budget.parse_growth("12.5") == pytest.approx(0.125)
-    assert budget.parse_growth("0") == 0
+    assert parse_growth("5%") == pytest.approx(0.05)
+    assert parse_growth("12.5") == pytest.approx(0.125)
+    assert parse_growth("0") == 0
     with pytest.raises(ValueError, match="expected a percentage"):
-        budget.parse_growth("five")
+        parse_growth("five")
     with pytest.raises(ValueError, match="must not be negative"):
-        budget.parse_growth("-1%")
+        parse_growth("-1%")
 
 
 def test_same_imports_are_within_budget():
@@ -232,7 +235,7 @@ def test_the_cache_counters_read_are_torchs():
 
     spec = find_spec("torch")
     if spec is None:
-        pytest.skip("torch is not installed")
+        pytest.skip("needs torch, which is not installed")
     root = Path(spec.origin).parent
     source = (root / "_inductor" / "codecache.py").read_text() + (
         root / "_functorch" / "_aot_autograd" / "autograd_cache.py").read_text()
@@ -245,5 +248,5 @@ def test_a_baseline_without_the_cache_state_judges_only_tests_that_compiled_noth
     entry = budget.baseline_entry(BASE)
     del entry["inductor_cache"]
     assert budget.not_comparable(entry, BASE) is None
-    reason = budget.not_comparable(entry, {**BASE, "inductor_cache": "warm"})
+    reason = budget.not_comparable(entry, dataclasses.replace(BASE, inductor_cache="warm"))
     assert "not recorded in the baseline" in reason and "--npu-lazy-save-baseline" in reason

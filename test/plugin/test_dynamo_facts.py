@@ -33,6 +33,7 @@ def test_deferred_setup_by_release(version, applies):
     assert (reason is None) == applies, reason
     if reason:
         assert f"torch_npu {version} predates the deferred Dynamo/Inductor set-up" in reason
+        assert reason.startswith("needs torch_npu "), reason
         assert "imports torch._dynamo" in reason
 
 
@@ -44,7 +45,7 @@ def test_the_installed_torch_npu_agrees_with_the_table():
     """Where the table says the set-up exists, torch_npu's source defines it, and the other way round."""
     spec = importlib.util.find_spec("torch_npu")
     if spec is None:
-        pytest.skip("torch_npu is not installed")
+        pytest.skip("needs torch-npu, which is not installed")
     source = (Path(spec.submodule_search_locations[0]) / "utils" / "_dynamo.py").read_text()
     defined = "def _lazy_dynamo_setup(" in source and "def _lazy_inductor_setup(" in source
     version = facts.torch_npu_version()

@@ -14,6 +14,7 @@ from html.parser import HTMLParser
 import pytest
 
 from pytest_npu_lazy.reports.html import render
+from pytest_npu_lazy.probe.summary import Summary
 from pytest_npu_lazy.reports.schema import SCHEMA, SCHEMA_VERSION, result_entry
 
 
@@ -85,11 +86,11 @@ def _report() -> dict:
         "modules": [_module("heavy", None, 1.0, 1.5), _module("heavy.core", "heavy", 1.5, 1.0),
                     _module("heavy.helpers", "heavy.core", 2.0, 0.5), _module("other", None, 2.5, 0.25)],
     }
-    summary = {"isolation": "fork", "phases": [
+    summary = Summary.from_dict({"isolation": "fork", "phases": [
         {"name": "collect", "parent": None, "start": 0.0, "duration": 0.5, "module_count": 0, "watched": [], "modules": []},
         {"name": "test", "parent": None, "start": 0.5, "duration": 3.5, "module_count": 0, "watched": [], "modules": []},
         import_phase,
-    ]}
+    ]})
     violation = {"kind": "loaded", "module": "heavy.helpers", "phase": "import", "chain": ["heavy.helpers", "heavy.core"]}
     tests = [
         result_entry("test_x.py::test_a", "passed", 4.0, summary=summary, with_modules=True),
@@ -199,10 +200,10 @@ def _suite(tests: int) -> dict:
                 "watched": [], "modules": modules}
 
     report = _report()
-    report["tests"] = [result_entry(f"test_suite.py::test_{i}", "passed", 2.0, with_modules=True, summary={
+    report["tests"] = [result_entry(f"test_suite.py::test_{i}", "passed", 2.0, with_modules=True, summary=Summary.from_dict({
         "isolation": "fork",
         "phases": [phase("collect", 0, 1000, 0.0, i * 1.3e-5), phase("import", 1000, 300, 1.1, i * 2.9e-5)],
-    }) for i in range(tests)]
+    })) for i in range(tests)]
     return report
 
 
@@ -270,7 +271,7 @@ def chromium() -> str:
     """A headless browser; CI installs Debian's chromium (.ci/run), so there a missing one fails the test."""
     found = _chromium_path()
     if found is None:
-        why = "no chromium here (apt-get install chromium)"
+        why = "needs chromium, which is not installed (apt-get install chromium)"
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(why)
         pytest.skip(why)

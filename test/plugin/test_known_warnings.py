@@ -76,7 +76,8 @@ def test_the_script_method_explanation_is_read_from_the_installed_torch():
     caller = _torch_file("utils", "mkldnn.py")
     script = _torch_file("jit", "_script.py")
     if caller is None or script is None or SCRIPT_METHOD not in script.read_text():
-        pytest.skip("this torch does not warn about torch.jit.script_method")
+        pytest.skip("needs a torch whose torch/utils/mkldnn.py sets off the torch.jit.script_method deprecation "
+                    "warning: this torch does not")
     from pytest_npu_lazy.cann import CannStatus
 
     (hidden,) = [h for h in hidden_warnings(CannStatus("off", "off", None, None, "")) if h.message == SCRIPT_METHOD]

@@ -1,4 +1,5 @@
-"""The package's shape, as the README describes it: parts in folders, no import cycle, no huge module.
+"""The package's shape, as the README describes it: parts in folders, layers that import only downwards,
+no import cycle, no huge module.
 
 Read from the source with ``ast``, so imports inside functions (the lazy
 ones that keep torch out of the pytest process) count as much as the ones
@@ -47,6 +48,9 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
             # a module's own packages are imported before it, by the import system: no edge of its making
             if candidate in known and candidate != name and not name.startswith(candidate + "."):
                 targets.add(candidate)
+        if isinstance(node, ast.ImportFrom) and module in known and module != name and any(
+                f"{module}.{alias.name}" not in known for alias in node.names):
+            targets.add(module)  # ``from .. import __version__``: a name its package's __init__ defines
     return targets
 
 
@@ -104,17 +108,95 @@ def test_no_module_over_the_limit():
     assert {name: size for name, size in sizes.items() if size > MAX_LINES} == {}
 
 
-def test_the_parts_do_not_reach_into_each_other_backwards():
-    """The probe and the CANN stub know nothing of isolation or reports; isolation knows nothing of reports."""
-    graph = _graph()
-    rules = {"pytest_npu_lazy.probe": ("pytest_npu_lazy.isolation", "pytest_npu_lazy.reports.reporter"),
-             "pytest_npu_lazy.cann": ("pytest_npu_lazy.isolation", "pytest_npu_lazy.probe", "pytest_npu_lazy.reports"),
-             "pytest_npu_lazy.isolation": ("pytest_npu_lazy.reports",),
-             "pytest_npu_lazy.reports": ("pytest_npu_lazy.isolation",)}
-    broken = sorted(f"{name} -> {target}" for name, targets in graph.items() for target in targets
-                    for part, forbidden in rules.items() if name.startswith(part)
-                    and any(target == f or target.startswith(f + ".") for f in forbidden))
-    assert broken == []
+#: The package's layers, lowest first. A module may import its own layer and the layers below it, never one
+#: above: no arrow runs back up.
+#:
+#: - foundation: exceptions, the pytest internals, the version, torch's build and where to get it; they
+#:   import nothing of the package.
+#: - cann: the CANN host stub and the emulated NPU. It runs before torch is imported, in any process, and
+#:   needs nothing but the foundation.
+#: - probe: what a test loaded, when and why (the recorder, the fixture, the typed Summary and the default
+#:   watch list). It reads the CANN mode's names; the settings it is made from arrive as an argument
+#:   (ProbeState.for_settings), never as an import.
+#: - settings: the one owner of configuration (ini, env, command line, marker -> TestSettings); it takes the
+#:   default watch list from the probe and the CANN modes from cann.
+#: - forks: the fork-server engine both front ends share (channel, serve loop, reaping), where it exists.
+#: - reports, isolation, python_c: the two front ends and the reports, side by side; see SIBLINGS_APART.
+#: - plugin: the pytest hooks, wiring everything below to pytest.
+#: - the package itself: its __init__ names the public API (NpuLazy, run_python) and loads it on first use,
+#:   so it sits on top, and no module inside imports a name from it (hence version.py at the bottom).
+LAYERS = (
+    ("foundation", ("errors", "compat", "version", "torch_build", "torch_source")),
+    ("cann", ("cann",)),
+    ("probe", ("probe",)),
+    ("settings", ("settings",)),
+    ("forks", ("forks",)),
+    ("front ends and reports", ("reports", "isolation", "python_c")),
+    ("plugin", ("plugin",)),
+    ("the package's public names", ("",)),
+)
+
+#: Parts of one layer that must not import each other: results reach the reports as report data, never
+#: through the front ends' code, and the two front ends share only the fork engine. Until that engine has
+#: moved to forks/, run_python takes it from isolation's protocol and processes modules, and nothing else.
+SIBLINGS_APART = {
+    "reports": ("isolation", "python_c", "forks"),
+    "isolation": ("reports", "python_c"),
+    "python_c": ("reports", "isolation"),
+}
+FORK_ENGINE_IN_ISOLATION = ("isolation.protocol", "isolation.processes")
+
+
+def _part(module: str) -> str:
+    """``pytest_npu_lazy.probe.state`` -> ``probe``; the package itself -> ``""``."""
+    return module.split(".")[1] if "." in module else ""
+
+
+def _within(module: str, parts) -> bool:
+    return any(module == f"pytest_npu_lazy.{p}" or module.startswith(f"pytest_npu_lazy.{p}.") for p in parts)
+
+
+def _arrows_back_up(graph: dict[str, set[str]]) -> list[str]:
+    rank = {part: index for index, (_, parts) in enumerate(LAYERS) for part in parts}
+    broken = []
+    for name, targets in graph.items():
+        for target in targets:
+            if rank[_part(target)] > rank[_part(name)]:
+                broken.append(f"{name} ({LAYERS[rank[_part(name)]][0]}) -> {target} ({LAYERS[rank[_part(target)]][0]})")
+            elif (_part(name) in SIBLINGS_APART and _within(target, SIBLINGS_APART[_part(name)])
+                  and not (_part(name) == "python_c" and _within(target, FORK_ENGINE_IN_ISOLATION))):
+                broken.append(f"{name} -> {target} (siblings kept apart)")
+    return sorted(broken)
+
+
+def test_every_module_is_in_a_layer():
+    rank = {part for _, parts in LAYERS for part in parts}
+    assert sorted({_part(name) for name in _graph()} - rank) == [], "a new part: place it in LAYERS"
+
+
+def test_no_arrow_runs_back_up():
+    """No module of a lower layer imports one of a higher layer, lazy imports included (see LAYERS)."""
+    assert _arrows_back_up(_graph()) == []
+
+
+def test_the_layer_check_finds_an_arrow_back_up(tmp_path):
+    """The check sees the arrows it exists for: settings taking the watch list from reports, the probe
+    reaching into isolation, reports into isolation, and a name read from the package's __init__."""
+    graph = {"pytest_npu_lazy.settings": {"pytest_npu_lazy.reports.schema"},
+             "pytest_npu_lazy.probe.state": {"pytest_npu_lazy.isolation.child"},
+             "pytest_npu_lazy.reports.reporter": {"pytest_npu_lazy.isolation.messages"},
+             "pytest_npu_lazy.python_c.call": {"pytest_npu_lazy.isolation.protocol"},
+             "pytest_npu_lazy.reports.schema": set(), "pytest_npu_lazy.isolation.child": set(),
+             "pytest_npu_lazy.isolation.messages": set(), "pytest_npu_lazy.isolation.protocol": set()}
+    assert _arrows_back_up(graph) == [
+        "pytest_npu_lazy.probe.state (probe) -> pytest_npu_lazy.isolation.child (front ends and reports)",
+        "pytest_npu_lazy.reports.reporter -> pytest_npu_lazy.isolation.messages (siblings kept apart)",
+        "pytest_npu_lazy.settings (settings) -> pytest_npu_lazy.reports.schema (front ends and reports)",
+    ]
+    module = tmp_path / "reporter.py"
+    module.write_text("def version():\n    from .. import __version__\n    return __version__\n")
+    known = {"pytest_npu_lazy", "pytest_npu_lazy.reports", "pytest_npu_lazy.reports.reporter"}
+    assert _imports("pytest_npu_lazy.reports.reporter", module, known) == {"pytest_npu_lazy"}
 
 
 def test_readme_module_map_matches_the_package():
@@ -150,3 +232,19 @@ def test_plugin_imports_no_torch_at_load(module):
             "('torch', 'torch_npu', 'triton')); print(heavy); sys.exit(1 if heavy else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+#: packages whose docstring names every module in them (isolation's and python_c's follow their split into
+#: the fork engine and the pytest / zygote / child sides)
+DOCUMENTED_PACKAGES = ("", "probe", "reports", "cann")
+
+
+@pytest.mark.parametrize("package", DOCUMENTED_PACKAGES, ids=lambda p: p or "pytest_npu_lazy")
+def test_package_docstring_names_each_of_its_modules(package):
+    folder = PACKAGE / package if package else PACKAGE
+    doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+    parts = [path.stem for path in folder.glob("*.py") if path.name != "__init__.py"]
+    parts += [path.name for path in folder.iterdir() if (path / "__init__.py").is_file()]
+    parts += [path.name for path in folder.glob("*.c")]
+    named = set(re.findall(r"`\.?([\w.]+)`", doc))
+    assert sorted(p for p in parts if p not in named) == [], f"modules the docstring of {folder.name}/ does not name"

@@ -173,7 +173,7 @@ def test_preload_loggers_do_not_flood_captured_logs(run_pytest, pytester):
 
 def test_false_triton_ascend_warning_is_hidden_with_its_reason(run_pytest, pytester):
     if triton_flavour()[0] != "triton-ascend":
-        pytest.skip("the warning is only false with triton-ascend installed")
+        pytest.skip("needs triton-ascend, which is not installed: the warning is only false with it")
     pytester.makepyfile(test_warns="""
         import warnings
         import pytest

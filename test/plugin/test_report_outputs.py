@@ -8,7 +8,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from pytest_npu_lazy.reports.schema import DEFAULT_WATCH, SCHEMA, SCHEMA_VERSION, load_report
+from pytest_npu_lazy.probe.summary import DEFAULT_WATCH
+from pytest_npu_lazy.reports.schema import SCHEMA, SCHEMA_VERSION, load_report
 
 SUITE = """
 import pytest

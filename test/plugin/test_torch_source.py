@@ -57,7 +57,7 @@ def test_pypi_alone_never_gives_the_pinned_torch_as_a_cuda_build():
     line = torch_line(CI)
     answer = resolve(line, ("--index-url", PYPI), env=ONLY_THE_INDEX)
     if _unreachable(answer):
-        pytest.skip(f"PyPI cannot be reached from here: {answer.reason}")
+        pytest.skip(f"needs network access to PyPI ({PYPI}), which this machine cannot reach: {answer.reason}")
     if isinstance(answer, Unresolved):
         assert "No matching distribution found" in answer.reason, answer
         return
@@ -68,8 +68,9 @@ def test_pips_configured_sources_give_the_cpu_build_where_they_serve_it():
     requirement = torch_requirement(CI)
     answer = resolve(requirement)
     if isinstance(answer, Unresolved):
-        pytest.skip(f"pip's configuration here does not serve {requirement} ({answer.reason}); setup then asks "
-                    "PyTorch's CPU index, tested below")
+        pytest.skip(f"needs pip configured with a source that serves {requirement} (a find-links directory or a "
+                    f"mirror, pip config): here it does not ({answer.reason}); setup then asks PyTorch's CPU index, "
+                    "tested below")
     assert answer.gpu is None and answer.version == requirement.partition("==")[2], answer
     assert not [r for r in answer.requires if r.lower().startswith("nvidia-")], answer.requires
 
@@ -80,7 +81,8 @@ def test_pytorchs_cpu_index_gives_the_cpu_build():
     answer = resolve(requirement, ("--index-url", CPU_INDEX), env=ONLY_THE_INDEX, timeout=5, retries=0, limit=60)
     if _unreachable(answer):
         assert time.monotonic() - started < 60
-        pytest.skip(f"PyTorch's CPU index cannot be reached from here: {answer.reason}")
+        pytest.skip(f"needs network access to PyTorch's CPU index ({CPU_INDEX}), which this machine cannot reach: "
+                    f"{answer.reason}")
     assert isinstance(answer, Resolution), answer
     assert answer.gpu is None and answer.version == requirement.partition("==")[2], answer
 

@@ -39,7 +39,8 @@ def test_compiled_output_differing_from_eager_is_caught(npu_lazy, record_propert
 @pytest.mark.npu_lazy(preload=["torch"])
 def test_a_new_module_asking_for_triton_is_caught(npu_lazy, record_property):
     if torch_line() not in TRITON_ASKERS_AT_WRAP:
-        pytest.skip(f"torch {torch_line()} is newer than the releases measured: no exact list to differ from")
+        pytest.skip(f"needs a torch release measured in test/upstream/releases.py (TRITON_ASKERS_AT_WRAP): torch "
+                    f"{torch_line()} is newer, so there is no exact list of askers to differ from; measure it there")
     asks = compile("try:\n    import triton\nexcept ImportError:\n    pass\n", "new_asker.py", "exec")
     sys.meta_path.insert(0, AfterImport("torch._inductor", lambda _m: exec(asks, {"__name__": "new_asker"})))
     caught(test_upstream_triton.test_modules_asking_for_triton_at_wrapper_creation, npu_lazy, record_property,
