@@ -33,7 +33,7 @@ class SuiteRun:
     seconds: float
     events: list[dict]
     applied_in: int  #: processes that applied the mutant (0: the mutated module was never imported)
-    hits: list[tuple[float, str]] = field(default_factory=list)  #: the coverage pass's (time, function)
+    hits: list[tuple[float, bool, str]] = field(default_factory=list)  #: the coverage pass's (time, in a test, function)
     output_tail: str = ""
 
     @property
@@ -82,8 +82,8 @@ def run_suite(config: Config, plan: Plan, tests: list[str], extra_args: list[str
             if name.startswith("hits-"):
                 with open(os.path.join(log_dir, name)) as handle:
                     for line in handle:
-                        stamp, _, function = line.strip().partition(" ")
-                        hits.append((float(stamp), function))
+                        stamp, in_test, function = line.strip().split(" ", 2)
+                        hits.append((float(stamp), in_test == "1", function))
         with open(output, "rb") as handle:
             handle.seek(0, os.SEEK_END)
             handle.seek(max(handle.tell() - 4000, 0))

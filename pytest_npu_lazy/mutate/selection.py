@@ -2,8 +2,9 @@
 
 The coverage pass runs the suite once, serially, with every target function
 instrumented (:func:`operators.instrument`). A hit belongs to the test whose
-window holds it. Hits outside every window come from what the run does
-before or between tests: collection, and the zygotes' preload (a test marked
+window holds it. Hits outside every window, or made in a process where no
+test is current, come from what the run does for many tests: collection,
+and the zygotes' preload (a test marked
 ``preload=["torch", "torch_npu"]`` imports torch_npu once, in its zygote,
 for all tests like it). A function with such a hit runs for tests no window
 names, so a mutant there runs every test of the suite, the ones whose
@@ -54,16 +55,16 @@ class CoverageMap:
         return sum(self.durations.get(t, 0.0) for t in tests)
 
 
-def attribute(windows: list[dict], hits: list[tuple[float, str]]) -> tuple[dict[str, list[str]], set[str]]:
-    """Place each hit in the test whose window holds it; the rest are outside tests."""
+def attribute(windows: list[dict], hits: list[tuple[float, bool, str]]) -> tuple[dict[str, list[str]], set[str]]:
+    """Place each hit made in a test in the test whose window holds it; the rest are outside tests."""
     windows = sorted(windows, key=lambda w: w["start"])
     starts = [w["start"] for w in windows]
     order = {w["nodeid"]: i for i, w in enumerate(windows)}
     by_function: dict[str, set[str]] = {}
     outside: set[str] = set()
-    for stamp, function in hits:
+    for stamp, in_test, function in hits:
         index = bisect.bisect_right(starts, stamp) - 1
-        if index >= 0 and stamp <= windows[index]["end"]:
+        if in_test and index >= 0 and stamp <= windows[index]["end"]:
             by_function.setdefault(function, set()).add(windows[index]["nodeid"])
         else:
             outside.add(function)

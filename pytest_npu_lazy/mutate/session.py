@@ -114,8 +114,12 @@ class MutationPass:
                 f"the suite does not pass without a mutant (pytest exit {run.returncode}; failed: "
                 f"{', '.join(failed) or 'none reported'}), so no mutant could be judged. Fix the suite or deselect "
                 f"those tests (config [run] tests / pytest_args). Last output:\n{run.output_tail}")
-        by_function, outside = attribute(run.windows, run.hits)
-        windows = sorted(run.windows, key=lambda w: w["start"])
+        spans: dict[str, dict] = {}  # a test may log start and finish more than once (isolated: relayed)
+        for window in run.windows:
+            span = spans.setdefault(window["nodeid"], dict(window))
+            span["start"], span["end"] = min(span["start"], window["start"]), max(span["end"], window["end"])
+        windows = sorted(spans.values(), key=lambda w: w["start"])
+        by_function, outside = attribute(windows, run.hits)
         tests = [w["nodeid"] for w in windows]
         durations = {w["nodeid"]: round(w["end"] - w["start"], 3) for w in windows}
         coverage = CoverageMap(key, tests, by_function, sorted(outside), round(run.seconds, 1), durations)

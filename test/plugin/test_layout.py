@@ -133,6 +133,7 @@ LAYERS = (
     ("forks", ("forks",)),
     ("front ends and reports", ("reports", "isolation", "python_c")),
     ("plugin", ("plugin",)),
+    ("tools run beside pytest", ("mutate",)),
     ("the package's public names", ("",)),
 )
 

@@ -207,9 +207,20 @@ def test_the_coverage_probe_names_each_function_that_ran(tmp_path):
     run = subprocess.run([sys.executable, "-c", "import lazylib; lazylib.setup(); lazylib.setup()"], cwd=project,
                          env=_plan_env(project, "trace", None, log_dir), capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    names = [line.split(" ", 1)[1] for f in log_dir.glob("hits-*") for line in f.read_text().splitlines()]
+    names = [line.split(" ", 2)[2] for f in log_dir.glob("hits-*") for line in f.read_text().splitlines()]
     assert sorted(names) == ["lazylib:<module>", "lazylib:run_once", "lazylib:run_once.<locals>.wrapper",
                              "lazylib:setup"], names  # each once, however often it ran; load_heavy never ran
+
+
+def test_hits_where_no_test_is_current_belong_to_every_test():
+    """A zygote started inside the first test's window preloads for all later tests: its hits name no test."""
+    from pytest_npu_lazy.mutate.selection import attribute
+
+    windows = [{"nodeid": "t1", "start": 10.0, "end": 20.0}, {"nodeid": "t2", "start": 30.0, "end": 40.0}]
+    hits = [(11.0, False, "m:preloaded"), (12.0, True, "m:first"), (35.0, True, "m:first"), (25.0, True, "m:between")]
+    by_function, outside = attribute(windows, hits)
+    assert by_function == {"m:first": ["t1", "t2"]}
+    assert outside == {"m:preloaded", "m:between"}
 
 
 # -- the runner ----------------------------------------------------------------

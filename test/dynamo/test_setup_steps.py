@@ -1,0 +1,191 @@
+"""Guarantee 12: the run-once set-ups keep their word under failure, threads and fork.
+
+torch_npu's deferred set-ups (``_lazy_dynamo_setup``, ``_lazy_inductor_setup``
+and the steps below them) are wrapped in its own ``run_once``: run the body
+successfully once, make concurrent callers wait for it, let a failed body
+be retried, and forget a half-run body in a forked child. The Dynamo set-up
+runs its steps through ``_run_dynamo_setup_step``, which remembers each step
+that succeeded, so a retry after a later step failed does not apply a patch
+twice. The mutation pass (docs/mutation.md) found each of these unpinned.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+from facts import needs_deferred_setup
+
+pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
+
+#: a step of the Dynamo set-up before the one made to fail, and the one made to fail
+EARLIER_STEP, FAILING_STEP = "patch_user_defined_class_variable", "patch_npu_stream_context"
+
+
+@pytest.fixture
+def slow_inductor_setup(monkeypatch):
+    """The Inductor set-up's body, slowed down and timed: when it started and ended, how often it ran."""
+    import torch_npu.utils._graph_tree as graph_tree
+
+    original = graph_tree._apply_npugraph_tree_methods
+    record = {"calls": 0, "started": threading.Event(), "ended_at": None}
+
+    def slow(*args, **kwargs):
+        record["calls"] += 1
+        record["started"].set()
+        time.sleep(0.5)
+        result = original(*args, **kwargs)
+        record["ended_at"] = time.monotonic()
+        return result
+
+    monkeypatch.setattr(graph_tree, "_apply_npugraph_tree_methods", slow)
+    return record
+
+
+def test_a_retried_dynamo_setup_does_not_repeat_the_steps_that_succeeded(npu_lazy, monkeypatch):
+    import torch_npu.utils._dynamo as npu_dynamo
+
+    calls = {EARLIER_STEP: 0, FAILING_STEP: 0}
+
+    def counted(name):
+        original = getattr(npu_dynamo, name)
+
+        def step():
+            calls[name] += 1
+            if name == FAILING_STEP and calls[name] == 1:
+                raise RuntimeError("injected failure in a Dynamo set-up step")
+            return original()
+        return step
+
+    for name in calls:
+        monkeypatch.setattr(npu_dynamo, name, counted(name))
+    with npu_lazy.phase("first_setup"), pytest.raises(RuntimeError, match="injected failure"):
+        npu_dynamo._lazy_dynamo_setup()
+    assert not npu_dynamo._lazy_dynamo_setup.has_run and not npu_dynamo.add_dynamo_methods_init.has_run
+    with npu_lazy.phase("retry"):
+        npu_dynamo._lazy_dynamo_setup()
+    assert npu_dynamo._lazy_dynamo_setup.has_run and npu_dynamo.add_dynamo_methods_init.has_run
+    assert calls == {EARLIER_STEP: 1, FAILING_STEP: 2}, "a step that succeeded ran again on the retry"
+    # and the integration works after the retry: Dynamo traces NPU autocast through the patched class variable
+    import torch
+
+    out = torch.compile(lambda x: x * 2, backend="eager")(torch.ones(2))
+    torch.testing.assert_close(out, torch.full((2,), 2.0))
+    npu_dynamo._lazy_dynamo_setup()  # a later call changes nothing
+    assert calls == {EARLIER_STEP: 1, FAILING_STEP: 2}
+
+
+def test_a_second_caller_waits_for_the_running_setup_instead_of_going_on_without_it(slow_inductor_setup):
+    import torch_npu.utils._dynamo as npu_dynamo
+
+    returned_at = {}
+    errors = []
+
+    def call(name):
+        try:
+            npu_dynamo._lazy_inductor_setup()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        returned_at[name] = time.monotonic()
+
+    first = threading.Thread(target=call, args=("first",))
+    first.start()
+    assert slow_inductor_setup["started"].wait(60), "the Inductor set-up's body never started"
+    second = threading.Thread(target=call, args=("second",))
+    second.start()
+    first.join(120)
+    second.join(120)
+    assert not errors, errors
+    assert slow_inductor_setup["calls"] == 1
+    ended = slow_inductor_setup["ended_at"]
+    assert ended is not None and returned_at["second"] >= ended, (
+        f"the second caller went on {ended - returned_at['second']:.2f} s before the set-up it needs had finished")
+    assert npu_dynamo._lazy_inductor_setup.has_run
+
+
+def test_a_setup_running_in_another_thread_at_fork_runs_again_in_the_child(slow_inductor_setup):
+    """The forked child has no copy of the thread running the body: it must neither wait for it nor skip it."""
+    import torch_npu.utils._dynamo as npu_dynamo
+
+    runner = threading.Thread(target=npu_dynamo._lazy_inductor_setup)
+    runner.start()
+    assert slow_inductor_setup["started"].wait(60)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        verdict = b"no verdict"
+        try:
+            done = threading.Event()
+            threading.Thread(target=lambda: (npu_dynamo._lazy_inductor_setup(), done.set()), daemon=True).start()
+            if not done.wait(20):
+                verdict = b"the child waited for a set-up running in a thread it does not have"
+            elif not npu_dynamo._lazy_inductor_setup.has_run:
+                verdict = b"the child skipped the set-up: has_run is False after the call"
+            else:
+                verdict = b"ok"
+        except BaseException as exc:
+            verdict = repr(exc).encode()
+        finally:
+            os.write(write_end, verdict)
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        verdict = pipe.read()
+    os.waitpid(pid, 0)
+    runner.join(120)
+    assert verdict == b"ok", verdict.decode(errors="replace")
+    assert slow_inductor_setup["calls"] == 1  # the parent's own run, once
+
+
+def _run_once_condition(wrapped):
+    """The ``threading.Condition`` torch_npu's ``run_once`` keeps in the wrapper's closure."""
+    cells = dict(zip(wrapped.__code__.co_freevars, wrapped.__closure__ or ()))
+    return cells["condition"].cell_contents
+
+
+def test_a_child_forked_while_another_thread_holds_the_setup_lock_does_not_deadlock():
+    """Forked while a thread of the parent holds run_once's lock, the child must get a lock of its own."""
+    import torch_npu.utils._dynamo as npu_dynamo
+
+    condition = _run_once_condition(npu_dynamo._lazy_inductor_setup)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with condition:
+            holding.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holding.wait(60)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        verdict = b"no verdict"
+        try:
+            # in the main thread: a new thread may get the holder's thread id back and pass its re-entrant lock
+            def give_up(signum, frame):
+                raise TimeoutError("the child's set-up waited 20 s for a lock held by a thread the fork did not copy")
+
+            signal.signal(signal.SIGALRM, give_up)
+            signal.alarm(20)
+            npu_dynamo._lazy_inductor_setup()
+            signal.alarm(0)
+            verdict = b"ok" if npu_dynamo._lazy_inductor_setup.has_run else b"the child skipped the set-up"
+        except BaseException as exc:
+            verdict = repr(exc).encode()
+        finally:
+            os.write(write_end, verdict)
+            os._exit(0)
+    os.close(write_end)
+    release.set()
+    holder.join(60)
+    with os.fdopen(read_end, "rb") as pipe:
+        verdict = pipe.read()
+    os.waitpid(pid, 0)
+    assert verdict == b"ok", verdict.decode(errors="replace")
