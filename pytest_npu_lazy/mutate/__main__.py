@@ -28,6 +28,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--only", action="append", default=[], metavar="ID",
                         help="run the mutants whose id is or starts with ID (repeatable)")
+    parser.add_argument("--function", action="append", default=[], metavar="NAME",
+                        help="run the mutants of this function (qualified name, nested ones included; repeatable)")
     parser.add_argument("--sample", action="store_true", help="run the configuration's [sample] against its tests")
     parser.add_argument("-x", "--exitfirst", dest="exitfirst", action="store_true", default=True,
                         help="stop each mutant's run at its first failing test (default)")
@@ -38,6 +40,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--retake-coverage", action="store_true", help="take coverage again even if it is cached")
     parser.add_argument("--json", type=Path, help="write every result as JSON here")
     parser.add_argument("--markdown", type=Path, help="write the score and tables as markdown here")
+    parser.add_argument("--report-only", action="store_true", help="run nothing: write --markdown from --json")
     parser.add_argument("--resume", action="store_true", help="keep the results already in --json and run the rest "
                         "(and those --only names again); the JSON is rewritten after every mutant")
     parser.add_argument("--expect", choices=("recorded",), help="with --sample: fail unless each sampled mutant "
@@ -51,30 +54,42 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = load(args.config.resolve())
         options = PassOptions(exitfirst=args.exitfirst, workers=args.workers, only=args.only, sample=args.sample,
+                              functions=args.function,
                               retake_coverage=args.retake_coverage)
         session = MutationPass(config, options, progress=log)
         if args.list:
             for mutant in session.mutants():
                 print(f"{mutant.id}\t{mutant.function}\t{mutant.description}")
             return 0
-        recorded = {}
-        if args.resume:
+        recorded, earlier = {}, {}
+        if args.resume or args.report_only:
             if not args.json or not args.json.exists():
-                raise ConfigError("--resume continues the run recorded in --json FILE; give an existing file")
-            recorded = {r["mutant"]["id"]: MutantResult.from_dict(r) for r in json.loads(args.json.read_text())["mutants"]}
-        partial = (lambda results: report.write_json(args.json, results, {"partial": True})) if args.json else None
+                raise ConfigError("--resume and --report-only read the run recorded in --json FILE; give an existing file")
+            data = json.loads(args.json.read_text())
+            recorded = {r["mutant"]["id"]: MutantResult.from_dict(r) for r in data["mutants"]}
+            earlier = data.get("provenance", {})
+        if args.report_only:
+            if not args.markdown:
+                raise ConfigError("--report-only writes --markdown FILE; name one")
+            results = list(recorded.values())
+            done = set(recorded)
+            not_run = [m for m in session.mutants() if m.id not in done]
+            args.markdown.write_text(report.markdown(results, earlier, not_run))
+            return 0
+        partial = (lambda results: report.write_json(args.json, results, {**earlier, "partial": True})) if args.json else None
         results, coverage, seconds = session.run(recorded, partial)
     except (ConfigError, BaselineFailed) as error:
         print(f"pytest_npu_lazy.mutate: {error}", file=sys.stderr)
         return 2
     command = "python -m pytest_npu_lazy.mutate " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    prov = report.provenance(command.strip(), config.root, seconds, coverage)
+    prov = report.provenance(command.strip(), config.root, seconds + earlier.get("wall_seconds", 0), coverage)
     if args.json:
         report.write_json(args.json, results, prov)
     if args.markdown:
-        intro = (config.root / "docs" / "mutation-intro.md")
-        args.markdown.write_text(report.markdown(results, prov, intro.read_text() if intro.exists() else ""))
+        done = {r.mutant.id for r in results}
+        not_run = [m for m in MutationPass(config, PassOptions(), progress=log).mutants() if m.id not in done]
+        args.markdown.write_text(report.markdown(results, prov, not_run))
     s = report.score(results)
     log(f"score: {s['caught']} of {s['judged']} caught ({s['score_pct']} %); survived {s['survived']}, "
         f"not run {s['not_run']}, timeout {s['timeout']}, error {s['error']}, equivalent {s['equivalent']}, "

@@ -447,7 +447,9 @@ def instrument(source: str, module: str, targets: set[str]) -> ast.Module:
             first = 1 if node.body and _is_docstring(node.body[0], node.body, 0) else 0
             node.body.insert(first, hit(f"{module}:{qualname}"))
             inner = qualname + ".<locals>."
-        else:
+        else:  # a class body runs once, where the class is defined: its statements' mutants need that hit
+            first = 1 if node.body and _is_docstring(node.body[0], node.body, 0) else 0
+            node.body.insert(first, hit(f"{module}:{qualname}"))
             inner = qualname + "."
         for stmt in _nested_definitions(node):
             visit(stmt, inner + stmt.name)

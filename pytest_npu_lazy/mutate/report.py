@@ -20,6 +20,21 @@ from .selection import CoverageMap
 
 EXCUSED = ("equivalent", "device-only")
 
+INTRO = """# Mutation pass over torch_npu's deferred-loading code
+
+Written by `python -m pytest_npu_lazy.mutate` (test/dynamo/mutation.toml names the functions, the verdicts
+and the CI sample; `--help` lists the options). Each mutant is one edit of one installed torch_npu module,
+applied in memory at import in every process of a `pytest -p npu_lazy test/dynamo` run (pytest, zygotes,
+children, `python -c`); the files on disk are never touched. A mutant runs only the tests that ran its
+function in the coverage pass (every test, where the function also runs at import, in a zygote), the tests
+that caught its neighbours first, with `-x`. It is *caught* when a test fails or is killed at its timeout;
+a run killed at its own limit, or a pytest that breaks with no test failed, catches nothing.
+
+*Equivalent*: no observable difference (argued in the row). *Device-only*: the difference shows only on an
+Ascend NPU; the row names the test that would catch it on an NPU runner. The score counts caught mutants
+out of all the others.
+"""
+
 
 def score(results: list[MutantResult]) -> dict:
     counts = Counter(r.status for r in results)
@@ -61,9 +76,9 @@ def _cell(text: str) -> str:
     return " ".join(text.replace("|", "\\|").split())
 
 
-def markdown(results: list[MutantResult], prov: dict, intro: str = "") -> str:
+def markdown(results: list[MutantResult], prov: dict, not_run: list | None = None) -> str:
     s = score(results)
-    out = [intro.rstrip() + "\n" if intro else "",
+    out = [INTRO,
            "## Score\n",
            f"**{s['caught']} of {s['judged']} caught ({s['score_pct']} %)**: mutants generated {s['generated']}, "
            f"caught {s['caught']}, survived {s['survived']}, run by no test {s['not_run']}, "
@@ -88,6 +103,12 @@ def markdown(results: list[MutantResult], prov: dict, intro: str = "") -> str:
             why = r.verdict + (f" (on an NPU runner: `{r.npu_test}`)" if r.npu_test else "") if r.verdict else r.message
             out.append(f"| `{r.mutant.id}` | `{r.mutant.function}` | {r.mutant.line} | {_cell(r.mutant.description)} "
                        f"| {r.status} | {_cell(why)} |")
+    if not_run:
+        functions = sorted({m.function for m in not_run})
+        out += ["", "## Generated but not run yet\n",
+                f"{len(not_run)} mutants of the configured functions have no result here yet (the run above was "
+                "limited with `--function`); `--resume` with the same `--json` runs them. Their functions: "
+                + ", ".join(f"`{f}`" for f in functions) + "."]
     out += ["", "## Every mutant\n", "| mutant | function | line | operator | edit | result |",
             "| --- | --- | --- | --- | --- | --- |"]
     for r in results:

@@ -92,9 +92,50 @@ def run_suite(config: Config, plan: Plan, tests: list[str], extra_args: list[str
 
 
 def _kill_group(process: subprocess.Popen) -> None:
-    """The run's whole process group goes, whatever it left (a hung child, a zygote)."""
+    """The run's whole process group goes, and so does anything it left in a group of its own.
+
+    A test child runs in its own process group; killed at the wall-clock limit, pytest cannot end it. The
+    runner is a subreaper (:func:`become_subreaper`), so such orphans become its children: they go too.
+    """
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     process.wait()
+    for pid in _orphans():
+        for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+            try:
+                kill()
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def become_subreaper() -> bool:
+    """Adopt the orphans of every run (Linux PR_SET_CHILD_SUBREAPER), so none outlives the pass."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _orphans() -> list[int]:
+    """This process's children: after a run ends, anything left is an adopted orphan."""
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        if int(stat.rpartition(")")[2].split()[1]) == me:
+            found.append(int(entry))
+    return found

@@ -71,12 +71,13 @@ def attribute(windows: list[dict], hits: list[tuple[float, bool, str]]) -> tuple
     return {f: sorted(tests, key=order.__getitem__) for f, tests in by_function.items()}, outside
 
 
-def map_key(sources: dict[str, str], test_files: list[Path], config_text: str, args: list[str]) -> str:
+def map_key(sources: dict[str, str], test_files: list[Path], targets: str, args: list[str]) -> str:
+    """What coverage depends on: the sources, the test files, the targets, the suite's arguments (not the timeouts)."""
     digest = hashlib.sha256()
     for module in sorted(sources):
         digest.update(module.encode() + b"\0" + sources[module].encode())
     for path in sorted(test_files):
         digest.update(str(path).encode() + b"\0" + path.read_bytes())
-    digest.update(config_text.encode())
+    digest.update(targets.encode())
     digest.update(json.dumps(args).encode())
     return digest.hexdigest()[:16]

@@ -20,7 +20,7 @@ from typing import Callable
 from . import operators
 from .config import Config, locate_source
 from .hook import Plan
-from .runs import SuiteRun, run_suite
+from .runs import SuiteRun, become_subreaper, run_suite
 from .selection import CoverageMap, attribute, map_key
 
 CACHE_DIR = ".npu-lazy-mutate"
@@ -56,6 +56,7 @@ class PassOptions:
     exitfirst: bool = True
     workers: int = 0  #: pytest-xdist workers for each mutant's run (0: one process)
     only: list[str] = field(default_factory=list)  #: mutant ids (or prefixes) to run; empty: all
+    functions: list[str] = field(default_factory=list)  #: only mutants of these functions (and nested ones)
     sample: bool = False  #: the configuration's fixed sample, against its sample tests
     retake_coverage: bool = False
 
@@ -67,6 +68,7 @@ class MutationPass:
         self.progress = progress
         self.sources = {module: locate_source(module).read_text() for module in config.targets}
         self.tests = config.sample_tests if options.sample and config.sample_tests else config.tests
+        become_subreaper()
 
     # -- mutants -------------------------------------------------------------
     def mutants(self) -> list[operators.Mutant]:
@@ -86,6 +88,12 @@ class MutationPass:
             raise ConfigError(f"no mutant matches {', '.join(missing)}; list them with --list")
         return mutants
 
+    def _function_rank(self, mutant: operators.Mutant) -> int:
+        for rank, name in enumerate(self.options.functions):
+            if mutant.function == name or mutant.function.startswith(name + "."):
+                return rank
+        return len(self.options.functions)
+
     def _patterns(self) -> list[str]:
         return self.config.sample if self.options.sample else self.options.only
 
@@ -93,13 +101,17 @@ class MutationPass:
         for name in self.config.excluded.get(mutant.module, []):
             if mutant.function == name or mutant.function.startswith(name + "."):
                 return False
+        if self.options.functions and not any(mutant.function == name or mutant.function.startswith(name + ".")
+                                              for name in self.options.functions):
+            return False
         patterns = self._patterns()
         return not patterns or any(mutant.id == p or mutant.id.startswith(p) for p in patterns)
 
     # -- coverage ------------------------------------------------------------
     def coverage(self) -> CoverageMap:
         test_files = sorted(p for t in self.tests for p in _python_files(self.config.root / t.split("::")[0]))
-        key = map_key(self.sources, test_files, self.config.path.read_text(), self.config.pytest_args + self.tests)
+        key = map_key(self.sources, test_files, json.dumps(self.config.targets, sort_keys=True),
+                      self.config.pytest_args + self.tests)
         cache = self.config.root / CACHE_DIR / f"coverage-{key}.json"
         if cache.exists() and not self.options.retake_coverage:
             self.progress(f"coverage: reusing {cache.relative_to(self.config.root)} (sources and tests unchanged)")
@@ -142,6 +154,8 @@ class MutationPass:
         recorded = dict(recorded or {})
         rerun = set(self.options.only)
         todo = [m for m in mutants if m.id not in recorded or any(m.id.startswith(p) for p in rerun)]
+        if self.options.functions:  # in the order the functions were named: the most wanted first
+            todo.sort(key=self._function_rank)
         if recorded:
             self.progress(f"resuming: {len(mutants) - len(todo)} mutants recorded already, {len(todo)} to run")
         killers: dict[str, list[str]] = {}
@@ -196,8 +210,10 @@ class MutationPass:
             return MutantResult(mutant, "caught", first["nodeid"], first.get("message", ""), selected,
                                 round(run.seconds, 1))
         if run.returncode is None:
-            return MutantResult(mutant, "timeout", message=f"the run passed its limit ({run.seconds:.0f} s) with no "
-                                "test failed or timed out, and was killed", tests_selected=selected,
+            finished = len({w["nodeid"] for w in run.windows})
+            return MutantResult(mutant, "timeout", message=f"killed at the run's limit ({run.seconds:.0f} s) after "
+                                f"{finished} of {selected} selected tests, none failed or timed out",
+                                tests_selected=selected,
                                 seconds=round(run.seconds, 1))
         if run.returncode in (0, 5):
             note = "" if run.applied_in else "the mutated module was never imported in the run"

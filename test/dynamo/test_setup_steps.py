@@ -189,3 +189,75 @@ def test_a_child_forked_while_another_thread_holds_the_setup_lock_does_not_deadl
         verdict = pipe.read()
     os.waitpid(pid, 0)
     assert verdict == b"ok", verdict.decode(errors="replace")
+
+
+def test_the_deferred_dynamo_setup_applies_every_step(npu_lazy):
+    """Creating the wrapper runs the deferred Dynamo set-up; each of its steps leaves a mark a user relies on.
+
+    Each assertion names the step: a set-up that skips one (a deleted call, a step marked done before it
+    ran) leaves Dynamo half-integrated, which the first NPU trace would find much later.
+    """
+    import torch
+
+    with npu_lazy.phase("wrap"):
+        torch.compile(lambda x: x + 1, backend="inductor")
+    import torch._dynamo.variables.builtin as builtin
+    import torch._dynamo.variables.streams as streams
+    from torch._dynamo.device_interface import get_interface_for_device
+    import torch._dynamo.variables.torch as dynamo_torch
+    from torch._dynamo.variables.torch import TorchInGraphFunctionVariable
+    from torch._dynamo.variables.user_defined import UserDefinedClassVariable
+    from torch._functorch._aot_autograd import utils as aot_utils
+
+    from torch_npu.utils._dynamo_device import NpuInterface
+
+    steps = {
+        "device interface 'npu'": get_interface_for_device("npu") is NpuInterface,
+        "device interface 'npu:31'": get_interface_for_device("npu:31") is NpuInterface,
+        "torch.npu.current_stream handler": torch.npu.current_stream in TorchInGraphFunctionVariable._get_handlers(),
+        "NPU stream context handler":
+            get_interface_for_device("npu").stream in TorchInGraphFunctionVariable._get_handlers(),
+        "NPU autocast class variable": hasattr(UserDefinedClassVariable, "_UserDefinedClassVariable__new__raw")
+            or hasattr(UserDefinedClassVariable, "__new__raw"),
+        "NPU Event/Stream in graph classes": torch.npu.Event in UserDefinedClassVariable._in_graph_classes(),
+        "stream and event python types": "python_type" in streams.StreamVariable.__dict__
+            and streams.EventVariable.python_type is streams.StreamVariable.python_type,
+        "id() of an NPU event": builtin.BuiltinVariable.call_id.__name__ == "_wrap_call_id",
+        "npu Dynamo backend": "npu" in torch._dynamo.list_backends(exclude_tags=()),
+        "npugraph_ex Dynamo backend": "npugraph_ex" in torch._dynamo.list_backends(exclude_tags=()),
+        "NPU trace rules": torch.npu.current_device in dynamo_torch.constant_fold_functions,
+        "graph-safe RNG for npu": "npu" in aot_utils._GRAPHSAFE_RNG_DEVICE_TYPES,
+        "torch._dynamo.optimize knows the npu backend": torch._dynamo.optimize.__module__ == "torch_npu._compat.dynamo",
+    }
+    assert [step for step, applied in steps.items() if not applied] == [], "Dynamo set-up steps not applied"
+    assert npu_lazy.first_loaded("torch._dynamo") == "wrap"
+
+
+def test_the_run_once_setups_keep_their_names():
+    """``run_once`` wraps with functools.wraps: tracebacks, logs and ``npu_lazy.ran`` name the set-up itself."""
+    import torch_npu.utils._dynamo as npu_dynamo
+
+    for name in ("_lazy_dynamo_setup", "_lazy_inductor_setup", "add_dynamo_methods_init"):
+        setup = getattr(npu_dynamo, name)
+        assert (setup.__name__, setup.__qualname__, setup.__module__) == (name, name, npu_dynamo.__name__)
+        assert setup.__wrapped__.__name__ == name and setup.__doc__ == setup.__wrapped__.__doc__
+
+
+def test_the_first_compiled_call_applies_every_inductor_setup_step(npu_lazy):
+    """The deferred Inductor set-up's steps, each observable after the first call."""
+    import torch
+
+    compiled = npu_lazy.compile(lambda x: torch.sin(x) * 2, backend="inductor")
+    assert not npu_lazy.ran("torch_npu.utils._dynamo:_lazy_inductor_setup")
+    compiled(torch.randn(8))  # compared with eager
+    import torch._inductor.config as inductor_config
+    import torch._inductor.compile_fx as compile_fx
+    from torch._dynamo.backends.registry import _COMPILER_FNS
+
+    steps = {
+        "NPU Inductor backend loaded (register_inductor_npu)": npu_lazy.first_loaded("torch_npu._inductor") is not None,
+        "npugraphs backend": "npugraphs" in _COMPILER_FNS,
+        "NPU graphs replace cudagraphify": compile_fx.cudagraphify.__module__ == "torch_npu.utils._graph_tree",
+        "npu_backend in Inductor's config": "npu_backend" in inductor_config._config,
+    }
+    assert [step for step, applied in steps.items() if not applied] == [], "Inductor set-up steps not applied"
