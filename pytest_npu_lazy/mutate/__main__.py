@@ -12,6 +12,7 @@ import argparse
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
 
 from . import report
@@ -71,18 +72,28 @@ def main(argv: list[str] | None = None) -> int:
         if args.report_only:
             if not args.markdown:
                 raise ConfigError("--report-only writes --markdown FILE; name one")
-            results = list(recorded.values())
-            done = set(recorded)
-            not_run = [m for m in session.mutants() if m.id not in done]
+            generated = session.mutants()
+            order = {m.id: i for i, m in enumerate(generated)}
+            results = sorted(session.rejudge(list(recorded.values())), key=lambda r: order.get(r.mutant.id, 0))
+            not_run = [m for m in generated if m.id not in recorded]
             args.markdown.write_text(report.markdown(results, earlier, not_run))
+            report.write_json(args.json, results, earlier)
             return 0
-        partial = (lambda results: report.write_json(args.json, results, {**earlier, "partial": True})) if args.json else None
-        results, coverage, seconds = session.run(recorded, partial)
+        command = "python -m pytest_npu_lazy.mutate " + " ".join(
+            shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+
+        def partial(results):
+            """After each mutant: the record so far, with the time spent so far, so an interrupted run resumes."""
+            if args.json:
+                spent = earlier.get("wall_seconds", 0) + time.monotonic() - session.started
+                prov = report.provenance(command.strip(), config.root, spent, session.coverage_map)
+                report.write_json(args.json, results, {**prov, "partial": True})
+
+        results, coverage, seconds = session.run(dict(zip(recorded, session.rejudge(list(recorded.values())))),
+                                                 partial)
     except (ConfigError, BaselineFailed) as error:
         print(f"pytest_npu_lazy.mutate: {error}", file=sys.stderr)
         return 2
-    command = "python -m pytest_npu_lazy.mutate " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     prov = report.provenance(command.strip(), config.root, seconds + earlier.get("wall_seconds", 0), coverage)
     if args.json:
         report.write_json(args.json, results, prov)

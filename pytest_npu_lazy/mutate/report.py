@@ -80,15 +80,16 @@ def markdown(results: list[MutantResult], prov: dict, not_run: list | None = Non
     s = score(results)
     out = [INTRO,
            "## Score\n",
-           f"**{s['caught']} of {s['judged']} caught ({s['score_pct']} %)**: mutants generated {s['generated']}, "
-           f"caught {s['caught']}, survived {s['survived']}, run by no test {s['not_run']}, "
+           f"**{s['caught']} of {s['judged']} caught ({s['score_pct']} %)**: mutants generated "
+           f"{s['generated'] + len(not_run or [])}, run {s['generated']}, caught {s['caught']}, survived {s['survived']}, run by no test {s['not_run']}, "
            f"timed out {s['timeout']}, harness errors {s['error']}, equivalent {s['equivalent']}, "
            f"device-only {s['device_only']}.\n",
            "| provenance | |", "| --- | --- |"]
     for key, label in (("command", "command"), ("commit", "commit"), ("torch_npu", "torch_npu"), ("torch", "torch"),
                        ("python", "Python"), ("wall_seconds", "wall time (s)"),
                        ("coverage_seconds", "coverage pass (s)"), ("tests", "tests in the coverage pass")):
-        value = f"`{prov[key]}`" if key == "command" else prov[key]
+        value = prov.get(key, "not recorded")
+        value = f"`{value}`" if key == "command" else value
         out.append(f"| {label} | {value} |")
     for title, statuses in (("Not caught, and why", ("survived", "not-run", "timeout", "error")),
                             ("Equivalent and device-only", EXCUSED)):

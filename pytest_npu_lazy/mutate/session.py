@@ -148,9 +148,9 @@ class MutationPass:
             ) -> tuple[list[MutantResult], CoverageMap, float]:
         """Run every mutant not already in ``recorded`` (those named by --only run again);
         ``on_result`` gets the results so far, in generation order, after each mutant."""
-        started = time.monotonic()
+        started = self.started = time.monotonic()
         mutants = self.mutants()
-        coverage = self.coverage()
+        coverage = self.coverage_map = self.coverage()
         recorded = dict(recorded or {})
         rerun = set(self.options.only)
         todo = [m for m in mutants if m.id not in recorded or any(m.id.startswith(p) for p in rerun)]
@@ -224,12 +224,24 @@ class MutationPass:
 
     @staticmethod
     def _judged(result: MutantResult, verdict) -> MutantResult:
+        """A verdict of the configuration turns a mutant no test caught into equivalent or device-only.
+
+        A run stopped at its limit counts too: an equivalence is argued from the code, not from the tests.
+        """
         if verdict is not None:
             result.verdict = verdict.why
             result.npu_test = verdict.npu_test
-            if result.status in ("survived", "not-run"):
+            if result.status in ("survived", "not-run", "timeout"):
                 result.status = verdict.kind
         return result
+
+    def rejudge(self, results: list[MutantResult]) -> list[MutantResult]:
+        """Recorded results under the configuration's verdicts as they are now (added, changed or withdrawn)."""
+        for result in results:
+            if result.status in ("equivalent", "device-only") and result.mutant.id not in self.config.verdicts:
+                result.status, result.verdict, result.npu_test = "survived", "", ""
+            self._judged(result, self.config.verdicts.get(result.mutant.id))
+        return results
 
 
 def _python_files(path: Path) -> list[Path]:
