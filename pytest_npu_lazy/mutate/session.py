@@ -68,6 +68,7 @@ class MutationPass:
         self.progress = progress
         self.sources = {module: locate_source(module).read_text() for module in config.targets}
         self.tests = config.sample_tests if options.sample and config.sample_tests else config.tests
+        self.catches: dict[str, int] = {}  #: how many mutants each test caught so far in this pass
         become_subreaper()
 
     # -- mutants -------------------------------------------------------------
@@ -162,19 +163,29 @@ class MutationPass:
         for result in recorded.values():
             if result.status == "caught":
                 killers.setdefault(f"{result.mutant.module}:{result.mutant.target}", []).append(result.killed_by)
-        order = {m.id: i for i, m in enumerate(mutants)}
-        results = [r for ident, r in recorded.items() if ident in order]
+                self.catches[result.killed_by] = self.catches.get(result.killed_by, 0) + 1
+        # every recorded result is kept, those outside this run's --only or --function too: a resumed record
+        # only grows
+        done = dict(recorded)
         for index, mutant in enumerate(todo, 1):
             result = self.run_one(mutant, coverage, killers)
-            results = [r for r in results if r.mutant.id != mutant.id] + [result]
-            results.sort(key=lambda r: order[r.mutant.id])
+            done[mutant.id] = result
+            results = sorted(done.values(), key=self._source_order)
             if on_result:
                 on_result(results)
             elapsed = time.monotonic() - started
             self.progress(f"[{index:>4}/{len(todo)}] {result.status:<11} {result.seconds:6.1f} s  {mutant.id}"
                           + (f"  by {result.killed_by}" if result.killed_by else "")
                           + f"   ({elapsed / 60:.1f} min)")
-        return results, coverage, time.monotonic() - started
+        return sorted(done.values(), key=self._source_order), coverage, time.monotonic() - started
+
+    def _source_order(self, result: MutantResult) -> tuple:
+        """Module as configured, then line and column: the order the mutants are generated in."""
+        modules = list(self.config.targets)
+        mutant = result.mutant
+        rank = modules.index(mutant.module) if mutant.module in modules else len(modules)
+        col = mutant.id.split(":")[2]
+        return rank, mutant.line, int(col) if col.isdigit() else 0, mutant.id
 
     def run_one(self, mutant: operators.Mutant, coverage: CoverageMap, killers: dict[str, list[str]]) -> MutantResult:
         selected = coverage.tests_for(mutant.module, mutant.function)
@@ -183,8 +194,8 @@ class MutationPass:
             return self._judged(MutantResult(mutant, "not-run", message="no test of the suite runs this function"),
                                 verdict)
         key = f"{mutant.module}:{mutant.target}"
-        first = [t for t in killers.get(key, []) if t in selected]
-        ordered = first + [t for t in selected if t not in first]
+        ordered = self.test_order(selected, coverage.by_function.get(f"{mutant.module}:{mutant.function}", []),
+                                  killers.get(key, []), self.catches, coverage.durations)
         args = ["-x"] if self.options.exitfirst else []
         if self.options.workers and len(ordered) > 2 * self.options.workers:
             args += ["-n", str(self.options.workers)]
@@ -197,11 +208,28 @@ class MutationPass:
         run = run_suite(self.config, Plan("mutant", self.config.targets, mutant.id), ordered, args, wall=wall)
         result = self._classify(mutant, run, len(ordered))
         if result.status == "caught":
+            self.catches[result.killed_by] = self.catches.get(result.killed_by, 0) + 1
             killers.setdefault(key, [])
             if result.killed_by in killers[key]:
                 killers[key].remove(result.killed_by)
             killers[key].insert(0, result.killed_by)
         return self._judged(result, verdict)
+
+    @staticmethod
+    def test_order(selected: list[str], covering: list[str], target_killers: list[str], catches: dict[str, int],
+                   durations: dict[str, float]) -> list[str]:
+        """The order a mutant's tests run in, under -x: most likely to fail first, then the cheapest.
+
+        First the tests that caught an earlier mutant of the same function, latest first; then those that caught
+        any mutant, most catches first; then the tests that ran the function, then the rest (selected because the
+        function also runs at import), each shortest first. A mutant of code that runs at import selects every
+        test: in suite order a survivor's run would reach its limit before the tests that catch it.
+        """
+        chosen, ran_it = set(selected), set(covering)
+        first = [t for t in target_killers if t in chosen]
+        rest = [t for t in selected if t not in set(first)]
+        rest.sort(key=lambda t: (-catches.get(t, 0), t not in ran_it, durations.get(t, 0.0)))
+        return first + rest
 
     def _classify(self, mutant: operators.Mutant, run: SuiteRun, selected: int) -> MutantResult:
         failures = [f for f in run.failures if f.get("when") != "collect"]

@@ -23,6 +23,7 @@ import pytest
 from pytest_npu_lazy.mutate import operators
 from pytest_npu_lazy.mutate.config import ConfigError, load
 from pytest_npu_lazy.mutate.runs import SITE_DIR
+from pytest_npu_lazy.mutate.session import MutationPass
 
 LIBRARY = '''
 import functools
@@ -267,6 +268,18 @@ def test_the_runner_catches_survives_and_records(tmp_path):
     assert data["score"]["equivalent"] == 1 and data["score"]["judged"] == len(status) - 1
     assert "lazylib:41:11:change-constant" in (project / "out.md").read_text()
     assert "once, serially" in run.stderr and "] caught" in run.stderr  # progress while it runs
+    # running one mutant again keeps the rest of the record
+    again = _mutate(project, "--json", "out.json", "--resume", "--only", guard["mutant"]["id"])
+    assert again.returncode == 0 and "1 to run" in again.stderr, again.stderr
+    rerun = {m["mutant"]["id"]: m["status"] for m in json.loads((project / "out.json").read_text())["mutants"]}
+    assert rerun == {ident: m["status"] for ident, m in status.items()}
+
+
+def test_a_mutants_tests_run_most_likely_to_catch_first_then_cheapest():
+    durations = {"slow": 9.0, "fast": 0.1, "mid": 1.0, "hero": 5.0, "own": 7.0, "ran": 3.0}
+    order = MutationPass.test_order(["slow", "fast", "mid", "hero", "own", "ran"], ["ran", "hero"], ["own", "gone"],
+                                    {"hero": 3, "mid": 1}, durations)
+    assert order == ["own", "hero", "mid", "ran", "fast", "slow"]
 
 
 @pytest.mark.needs("torch")

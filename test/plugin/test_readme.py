@@ -50,10 +50,16 @@ def _section(title: str) -> str:
 
 
 def _plugin_env_vars() -> set[str]:
-    """Every PYTEST_NPU_LAZY_* variable the plugin's code names, but the one it sets for its own children."""
+    """Every PYTEST_NPU_LAZY_* variable the plugin's code names, but the ones it sets for its own processes.
+
+    Those are the child's descriptor and the mutation runner's plan and results file: the runner (a tool beside
+    pytest, with its own --help) sets them for the processes of each run it starts; no user sets them.
+    """
     package = Path(__file__).resolve().parents[2] / "pytest_npu_lazy"
     names = set()
     for source in package.rglob("*.py"):
+        if "mutate" in source.relative_to(package).parts:
+            continue
         names.update(re.findall(r"PYTEST_NPU_LAZY_[A-Z_]+", source.read_text()))
     return names - {"PYTEST_NPU_LAZY_CHILD_FD"}
 
