@@ -9,6 +9,11 @@ sees every worker's reports):
   logfinish: for an isolated test this holds its child's whole life);
 - ``{"event": "report", "nodeid", "when", "outcome", "message"}``: each
   report's outcome and the first lines of a failure, for the table.
+
+Where :data:`TIMEOUTS_ENV` names a JSON object (node id -> seconds), each
+isolated test with no timeout of its own gets that limit: a mutant that
+deadlocks a set-up is stopped at a few times what the test took unmutated,
+not at the run's one limit for every test.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import time
 import pytest
 
 RESULTS_ENV = "PYTEST_NPU_LAZY_MUTATE_RESULTS"
+TIMEOUTS_ENV = "PYTEST_NPU_LAZY_MUTATE_TIMEOUTS"
 _MESSAGE_CHARS = 400
 
 
@@ -55,6 +61,21 @@ class _Recorder:
         if report.failed:
             self.write(event="report", nodeid=report.nodeid, when="collect", outcome="failed",
                        message=str(report.longrepr)[-_MESSAGE_CHARS:])
+
+
+def pytest_collection_modifyitems(items):
+    path = os.environ.get(TIMEOUTS_ENV)
+    if not path:
+        return
+    from ..settings import marker_options
+
+    with open(path) as handle:
+        limits = json.load(handle)
+    for item in items:
+        # only a test that already carries the marker: adding one would isolate a test the suite runs in-process
+        if item.nodeid in limits and item.get_closest_marker("npu_lazy") is not None:
+            if "timeout" not in marker_options(item):
+                item.add_marker(pytest.mark.npu_lazy(timeout=limits[item.nodeid]))
 
 
 def pytest_configure(config):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .config import Config
 from .hook import ENV, Plan
-from .pytest_plugin import RESULTS_ENV
+from .pytest_plugin import RESULTS_ENV, TIMEOUTS_ENV
 
 SITE_DIR = Path(__file__).with_name("site")
 
@@ -46,7 +46,9 @@ class SuiteRun:
 
 
 def run_suite(config: Config, plan: Plan, tests: list[str], extra_args: list[str], *,
-              wall: float, python: str = sys.executable) -> SuiteRun:
+              wall: float, test_limits: dict[str, float] | None = None, python: str = sys.executable) -> SuiteRun:
+    """One pytest run of ``tests`` under ``plan``, killed at ``wall`` seconds; ``test_limits`` (node id ->
+    seconds) bound each isolated test below the configured test timeout."""
     with tempfile.TemporaryDirectory(prefix="npu-lazy-mutate-") as work:
         results = os.path.join(work, "results.jsonl")
         log_dir = os.path.join(work, "log")
@@ -55,6 +57,10 @@ def run_suite(config: Config, plan: Plan, tests: list[str], extra_args: list[str
         env = dict(os.environ)
         env[ENV] = plan.to_json()
         env[RESULTS_ENV] = results
+        if test_limits:
+            env[TIMEOUTS_ENV] = os.path.join(work, "timeouts.json")
+            with open(env[TIMEOUTS_ENV], "w") as handle:
+                json.dump(test_limits, handle)
         env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), *filter(None, [env.get("PYTHONPATH")])])
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         command = [python, "-m", "pytest", "-p", "pytest_npu_lazy.mutate.pytest_plugin", "-p", "no:cacheprovider",

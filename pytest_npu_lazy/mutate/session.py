@@ -61,6 +61,12 @@ class PassOptions:
     retake_coverage: bool = False
 
 
+#: a test's limit under a mutant is this many times its unmutated time (taken in the coverage pass, which is
+#: slower than a plain run), and never below the floor: a loaded machine must not turn a slow test into a catch
+TEST_LIMIT_FACTOR = 4.0
+TEST_LIMIT_FLOOR = 12.0
+
+
 class MutationPass:
     def __init__(self, config: Config, options: PassOptions, progress: Callable[[str], None] = print):
         self.config = config
@@ -205,7 +211,8 @@ class MutationPass:
         # tests took unmutated, three times over, so a run that only crawls ends too (and does not count)
         wall = min(self.config.mutant_timeout,
                    60 + self.config.test_timeout + 3 * coverage.expected_seconds(ordered))
-        run = run_suite(self.config, Plan("mutant", self.config.targets, mutant.id), ordered, args, wall=wall)
+        run = run_suite(self.config, Plan("mutant", self.config.targets, mutant.id), ordered, args, wall=wall,
+                        test_limits=self.test_limits(ordered, coverage.durations))
         result = self._classify(mutant, run, len(ordered))
         if result.status == "caught":
             self.catches[result.killed_by] = self.catches.get(result.killed_by, 0) + 1
@@ -214,6 +221,13 @@ class MutationPass:
                 killers[key].remove(result.killed_by)
             killers[key].insert(0, result.killed_by)
         return self._judged(result, verdict)
+
+    def test_limits(self, tests: list[str], durations: dict[str, float]) -> dict[str, float]:
+        """Each test's limit under a mutant: a few times what it took unmutated, at least TEST_LIMIT_FLOOR
+        seconds, at most the configured test timeout. A deadlocked set-up then costs seconds, not the timeout."""
+        cap = self.config.test_timeout
+        return {t: round(min(cap, max(TEST_LIMIT_FLOOR, TEST_LIMIT_FACTOR * durations[t])), 1)
+                for t in tests if t in durations}
 
     @staticmethod
     def test_order(selected: list[str], covering: list[str], target_killers: list[str], catches: dict[str, int],
