@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -50,7 +51,8 @@ class _Recorder:
         message = ""
         if report.failed:
             message = getattr(report, "longreprtext", "") or str(report.longrepr)
-            lines = [line for line in message.splitlines() if line.strip()]
+            # not xdist's "[gw0] linux -- Python 3.11 /path/to/python" header: it names the machine, not the failure
+            lines = [line for line in message.splitlines() if line.strip() and not re.match(r"\[gw\d+\] ", line)]
             said = [line for line in lines if line.startswith("E ")]
             # an assertion says itself in its E lines; a crash or a timeout in its first line
             message = "\n".join(said[:6]) if said else "\n".join(lines[:2])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import platform
+import re
 import subprocess
 from collections import Counter
 from importlib import metadata
@@ -68,8 +69,20 @@ def provenance(command: str, root: Path, seconds: float, coverage: CoverageMap) 
 
 
 def write_json(path: Path, results: list[MutantResult], prov: dict) -> None:
-    path.write_text(json.dumps({"provenance": prov, "score": score(results),
-                                "mutants": [r.to_dict() for r in results]}, indent=1) + "\n")
+    data = {"provenance": prov, "score": score(results), "mutants": [r.to_dict() for r in results]}
+    path.write_text(portable(json.dumps(data, indent=1)) + "\n")
+
+
+def portable(text: str) -> str:
+    """The record names no machine's paths: it is committed, and read on other machines.
+
+    An installed file is named from its site-packages, this project's files from its root, an interpreter by
+    its name.
+    """
+    text = re.sub(r"/[^\s\"']*/site-packages/", "site-packages/", text)
+    text = re.sub(r"/[^\s\"']*/bin/(python[0-9.]*)", r"\1", text)
+    root = str(Path.cwd())
+    return text.replace(root + "/", "").replace(root, ".")
 
 
 def _cell(text: str) -> str:
@@ -116,4 +129,4 @@ def markdown(results: list[MutantResult], prov: dict, not_run: list | None = Non
         result = f"caught by `{r.killed_by}`" if r.status == "caught" else r.status
         out.append(f"| `{r.mutant.id}` | `{r.mutant.function}` | {r.mutant.line} | {r.mutant.operator} "
                    f"| {_cell(r.mutant.description)} | {result} |")
-    return "\n".join(out) + "\n"
+    return portable("\n".join(out)) + "\n"
