@@ -196,6 +196,11 @@ class MutationPass:
     def run_one(self, mutant: operators.Mutant, coverage: CoverageMap, killers: dict[str, list[str]]) -> MutantResult:
         selected = coverage.tests_for(mutant.module, mutant.function)
         verdict = self.config.verdicts.get(mutant.id)
+        if verdict is not None and not self._patterns():
+            # judged from the code in mutation.toml: a full pass records the verdict without a run that could
+            # only end "survived" or at its limit; --only and --sample run it, to check the verdict still holds
+            return self._judged(MutantResult(mutant, "not-run", message="judged in the configuration; not run "
+                                             "(run it with --only)"), verdict)
         if not selected:
             return self._judged(MutantResult(mutant, "not-run", message="no test of the suite runs this function"),
                                 verdict)
