@@ -239,15 +239,18 @@ class MutationPass:
                    durations: dict[str, float]) -> list[str]:
         """The order a mutant's tests run in, under -x: most likely to fail first, then the cheapest.
 
-        First the tests that caught an earlier mutant of the same function, latest first; then those that caught
-        any mutant, most catches first; then the tests that ran the function, then the rest (selected because the
-        function also runs at import), each shortest first. A mutant of code that runs at import selects every
-        test: in suite order a survivor's run would reach its limit before the tests that catch it.
+        First the tests that caught an earlier mutant of the same function, latest first; then the other tests of
+        their files (a guarantee file pins one mechanism); then those that caught any mutant, most catches first;
+        then the tests that ran the function, then the rest (selected because the function also runs at import),
+        each shortest first. A mutant of code that runs at import selects every test: in suite order a survivor's
+        run would reach its limit before the tests that catch it.
         """
         chosen, ran_it = set(selected), set(covering)
         first = [t for t in target_killers if t in chosen]
+        killer_files = {t.split("::")[0] for t in first}
         rest = [t for t in selected if t not in set(first)]
-        rest.sort(key=lambda t: (-catches.get(t, 0), t not in ran_it, durations.get(t, 0.0)))
+        rest.sort(key=lambda t: (t.split("::")[0] not in killer_files, -catches.get(t, 0), t not in ran_it,
+                                 durations.get(t, 0.0)))
         return first + rest
 
     def _classify(self, mutant: operators.Mutant, run: SuiteRun, selected: int) -> MutantResult:

@@ -281,6 +281,10 @@ def test_a_mutants_tests_run_most_likely_to_catch_first_then_cheapest():
     order = MutationPass.test_order(["slow", "fast", "mid", "hero", "own", "ran"], ["ran", "hero"], ["own", "gone"],
                                     {"hero": 3, "mid": 1}, durations)
     assert order == ["own", "hero", "mid", "ran", "fast", "slow"]
+    # a killer's file mates come next: a guarantee file pins one mechanism
+    order = MutationPass.test_order(["a.py::slow", "b.py::hero", "a.py::own", "a.py::mate"], [], ["a.py::own"],
+                                    {"b.py::hero": 3}, {"a.py::slow": 9.0, "a.py::mate": 1.0})
+    assert order == ["a.py::own", "a.py::mate", "a.py::slow", "b.py::hero"]
 
 
 @pytest.mark.needs("torch")
