@@ -57,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         options = PassOptions(exitfirst=args.exitfirst, workers=args.workers, only=args.only, sample=args.sample,
                               functions=args.function,
                               retake_coverage=args.retake_coverage)
+        if args.expect and not (args.against and args.against.exists()):
+            raise ConfigError("--expect recorded compares with a recorded run: give it with --against FILE "
+                              "(e.g. --against docs/mutation.json)")
+        if args.expect and not (args.sample or args.only):
+            raise ConfigError("--expect recorded checks a few mutants against the record: add --sample or --only")
         session = MutationPass(config, options, progress=log)
         if args.list:
             for mutant in session.mutants():

@@ -88,6 +88,13 @@ class MutationPass:
                 raise ConfigError(f"{self.config.path}: [targets.\"{module}\"] names {', '.join(sorted(unknown))}, "
                                   f"which {module} does not define; fix or remove the names")
             mutants += operators.compilable(self.sources[module], module, set(functions), self._wanted)
+        unknown = [name for name in self.options.functions
+                   if not any(m.function == name or m.function.startswith(name + ".") for m in mutants)]
+        if unknown:
+            from .config import ConfigError
+
+            raise ConfigError(f"--function {', '.join(unknown)}: no mutant of such a function among the targets "
+                              f"of {self.config.path.name}; --list shows each mutant's function")
         missing = [w for w in self._patterns() if not any(m.id == w or m.id.startswith(w) for m in mutants)]
         if missing:
             from .config import ConfigError

@@ -238,6 +238,11 @@ def test_configuration_errors_name_the_fix(tmp_path):
     (project / "mutation.toml").write_text('[targets.lazylib]\nfunctions = ["stup"]\n')
     run = _mutate(project, "--list")
     assert run.returncode == 2 and "names stup, which lazylib does not define" in run.stderr, run.stderr
+    (project / "mutation.toml").write_text('[targets.lazylib]\nfunctions = ["setup"]\n')
+    run = _mutate(project, "--list", "--function", "stup")
+    assert run.returncode == 2 and "--function stup: no mutant of such a function" in run.stderr, run.stderr
+    run = _mutate(project, "--sample", "--expect", "recorded")  # refused before any test runs
+    assert run.returncode == 2 and "give it with --against FILE" in run.stderr and "coverage" not in run.stderr
 
 
 @pytest.mark.needs("torch")  # the plugin's isolation runs the suite's marked test; no torch is imported
