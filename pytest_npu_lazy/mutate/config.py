@@ -42,6 +42,9 @@ class Config:
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     sample: list[str] = field(default_factory=list)
     sample_tests: list[str] = field(default_factory=list)
+    #: functions whose mutants run first, in this order (the rest after them, in source order): a pass
+    #: stopped early, or resumed in parts, has done the most wanted
+    first: list[str] = field(default_factory=list)
 
 
 def _toml(path: Path) -> dict:
@@ -89,12 +92,18 @@ def load(path: Path) -> Config:
             raise ConfigError(f"{path}: device-only verdict for {entry['mutant']} names no npu_test (the test that "
                               "would catch it on an NPU runner)")
         verdicts[entry["mutant"]] = Verdict(entry["mutant"], entry["kind"], entry["why"], entry.get("npu_test", ""))
+    named = {name for functions in targets.values() for name in functions}
+    strays = [name for name in run.get("first", []) if name not in named]
+    if strays:
+        raise ConfigError(f"{path}: [run] first names {', '.join(strays)}, which no [targets] table lists; "
+                          "name target functions only")
     sample = data.get("sample", {})
     return Config(path=path, root=_root_of(path), targets=targets, excluded=excluded,
                   tests=list(run.get("tests", ["."])),
                   pytest_args=list(run.get("pytest_args", [])), test_timeout=float(run.get("test_timeout", 120)),
                   mutant_timeout=float(run.get("mutant_timeout", 900)), verdicts=verdicts,
-                  sample=list(sample.get("mutants", [])), sample_tests=list(sample.get("tests", [])))
+                  sample=list(sample.get("mutants", [])), sample_tests=list(sample.get("tests", [])),
+                  first=list(run.get("first", [])))
 
 
 def locate_source(module: str) -> Path:

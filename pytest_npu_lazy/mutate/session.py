@@ -103,10 +103,13 @@ class MutationPass:
         return mutants
 
     def _function_rank(self, mutant: operators.Mutant) -> int:
-        for rank, name in enumerate(self.options.functions):
+        """Where a mutant's function stands in the order asked for: --function's, else the configuration's
+        ``first``; the rest keep their source order behind them."""
+        order = self.options.functions or self.config.first
+        for rank, name in enumerate(order):
             if mutant.function == name or mutant.function.startswith(name + "."):
                 return rank
-        return len(self.options.functions)
+        return len(order)
 
     def _patterns(self) -> list[str]:
         return self.config.sample if self.options.sample else self.options.only
@@ -168,8 +171,7 @@ class MutationPass:
         recorded = dict(recorded or {})
         rerun = set(self.options.only)
         todo = [m for m in mutants if m.id not in recorded or any(m.id.startswith(p) for p in rerun)]
-        if self.options.functions:  # in the order the functions were named: the most wanted first
-            todo.sort(key=self._function_rank)
+        todo.sort(key=self._function_rank)  # the most wanted first (a stable sort: source order otherwise)
         if recorded:
             self.progress(f"resuming: {len(mutants) - len(todo)} mutants recorded already, {len(todo)} to run")
         killers: dict[str, list[str]] = {}

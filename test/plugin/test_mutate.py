@@ -238,6 +238,9 @@ def test_configuration_errors_name_the_fix(tmp_path):
     (project / "mutation.toml").write_text('[targets.lazylib]\nfunctions = ["stup"]\n')
     run = _mutate(project, "--list")
     assert run.returncode == 2 and "names stup, which lazylib does not define" in run.stderr, run.stderr
+    (project / "mutation.toml").write_text('[run]\nfirst = ["stup"]\n[targets.lazylib]\nfunctions = ["setup"]\n')
+    with pytest.raises(ConfigError, match=r"\[run\] first names stup, which no \[targets\] table lists"):
+        load(project / "mutation.toml")
     (project / "mutation.toml").write_text('[targets.lazylib]\nfunctions = ["setup"]\n')
     run = _mutate(project, "--list", "--function", "stup")
     assert run.returncode == 2 and "--function stup: no mutant of such a function" in run.stderr, run.stderr
