@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             """After each mutant: the record so far, with the time spent so far, so an interrupted run resumes."""
             if args.json:
                 spent = earlier.get("wall_seconds", 0) + time.monotonic() - session.started
-                prov = report.provenance(command.strip(), config.root, spent, session.coverage_map)
+                prov = report.provenance(command.strip(), config.root, spent, session.coverage_map, earlier)
                 report.write_json(args.json, results, {**prov, "partial": True})
 
         results, coverage, seconds = session.run(dict(zip(recorded, session.rejudge(list(recorded.values())))),
@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, BaselineFailed) as error:
         print(f"pytest_npu_lazy.mutate: {error}", file=sys.stderr)
         return 2
-    prov = report.provenance(command.strip(), config.root, seconds + earlier.get("wall_seconds", 0), coverage)
+    prov = report.provenance(command.strip(), config.root, seconds + earlier.get("wall_seconds", 0), coverage,
+                             earlier)
     if args.json:
         report.write_json(args.json, results, prov)
     if args.markdown:

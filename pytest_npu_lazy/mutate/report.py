@@ -62,8 +62,15 @@ def _commit(root: Path) -> str:
         return "unknown"
 
 
-def provenance(command: str, root: Path, seconds: float, coverage: CoverageMap) -> dict:
-    return {"command": command, "commit": _commit(root), "torch_npu": _version("torch-npu"),
+def provenance(command: str, root: Path, seconds: float, coverage: CoverageMap, earlier: dict | None = None) -> dict:
+    """Where a record comes from. A resumed record keeps the command that began it; the commands that went on
+    with it (a resume, some mutants run again) are listed after it, once each."""
+    first, then = command, []
+    if earlier and earlier.get("command"):
+        first, then = earlier["command"], list(earlier.get("then", []))
+        if command != first and command not in then:
+            then.append(command)
+    return {"command": first, "then": then, "commit": _commit(root), "torch_npu": _version("torch-npu"),
             "torch": _version("torch"), "python": platform.python_version(), "wall_seconds": round(seconds),
             "coverage_seconds": coverage.seconds, "tests": len(coverage.tests)}
 
@@ -104,6 +111,8 @@ def markdown(results: list[MutantResult], prov: dict, not_run: list | None = Non
         value = prov.get(key, "not recorded")
         value = f"`{value}`" if key == "command" else value
         out.append(f"| {label} | {value} |")
+        if key == "command":
+            out += [f"| then | `{command}` |" for command in prov.get("then", [])]
     for title, statuses in (("Not caught, and why", ("survived", "not-run", "timeout", "error")),
                             ("Equivalent and device-only", EXCUSED)):
         rows = [r for r in results if r.status in statuses]
