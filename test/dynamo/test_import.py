@@ -141,3 +141,43 @@ def test_zoo_generic_wrapper_patched_at_import_is_caught(npu_lazy):
     caught(test_import_replaces_has_triton_and_installs_one_trigger_only, npu_lazy,
            says=("phase 'import' replaced torch._TorchCompileWrapper.__init__",
                  "regressions.py:", "in generic_wrapper_patched_at_import.<locals>.patch.<locals>.init_with_dynamo_setup"))
+
+
+def test_the_post_import_trigger_is_installed_once_however_often_it_is_asked(npu_lazy):
+    """Installing the trigger again (a second caller of torch_npu's set-up) leaves one finder: two would wrap
+    torch._dynamo's loader twice."""
+    with npu_lazy.phase("import"):
+        import torch_npu  # noqa: F401
+    from torch_npu.utils import _dynamo
+
+    _dynamo._install_dynamo_post_import_trigger()
+    _dynamo._install_dynamo_post_import_trigger()
+    finders = [finder for finder in sys.meta_path if isinstance(finder, _dynamo._DynamoPostImportFinder)]
+    assert len(finders) == 1, f"{len(finders)} Dynamo post-import finders on sys.meta_path, expected exactly 1"
+    assert not npu_lazy.ran(DYNAMO_SETUP)
+
+
+def test_the_post_import_trigger_goes_ahead_of_import_hooks_installed_before_torch_npu(npu_lazy):
+    """An import hook at the head of sys.meta_path before torch_npu is imported (an editable install's finder,
+    a lazy-import or instrumentation hook) may serve torch._dynamo itself: torch_npu's trigger must see the import
+    first, or the Dynamo set-up never runs and the NPU backends are missing from Dynamo."""
+    import importlib.abc
+    import importlib.machinery
+
+    class ServesDynamo(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path=None, target=None):
+            return importlib.machinery.PathFinder.find_spec(fullname, path) if fullname == "torch._dynamo" else None
+
+    hook = ServesDynamo()
+    sys.meta_path.insert(0, hook)
+    try:
+        with npu_lazy.phase("import"):
+            import torch_npu  # noqa: F401
+        with npu_lazy.phase("dynamo"):
+            import torch._dynamo  # noqa: F401
+    finally:
+        sys.meta_path.remove(hook)
+    assert npu_lazy.first_loaded("torch._dynamo") == "dynamo"
+    assert npu_lazy.ran(DYNAMO_SETUP), (
+        "torch._dynamo was imported through an import hook installed before torch_npu, and the Dynamo set-up "
+        "did not run: the post-import trigger is not at the head of sys.meta_path")
