@@ -89,7 +89,9 @@ def portable(text: str) -> str:
     text = re.sub(r"/[^\s\"']*/site-packages/", "site-packages/", text)
     text = re.sub(r"/[^\s\"']*/bin/(python[0-9.]*)", r"\1", text)
     root = str(Path.cwd())
-    return text.replace(root + "/", "").replace(root, ".")
+    text = text.replace(root + "/", "").replace(root, ".")
+    # what is left in a home folder (a Python installed there) is named from the home folder
+    return re.sub(r"(?<![\w.~])/(?:root|home/[^/\s\"']+)/", "~/", text)
 
 
 def _cell(text: str) -> str:
