@@ -77,10 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.report_only:
             if not args.markdown:
                 raise ConfigError("--report-only writes --markdown FILE; name one")
-            generated = session.mutants()
-            order = {m.id: i for i, m in enumerate(generated)}
-            results = sorted(session.rejudge(list(recorded.values())), key=lambda r: order.get(r.mutant.id, 0))
-            not_run = [m for m in generated if m.id not in recorded]
+            results = sorted(session.rejudge(list(recorded.values())), key=session.source_order)
+            not_run = [m for m in session.mutants() if m.id not in recorded]
             args.markdown.write_text(report.markdown(results, earlier, not_run))
             report.write_json(args.json, results, earlier)
             return 0
@@ -94,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                 prov = report.provenance(command.strip(), config.root, spent, session.coverage_map, earlier)
                 report.write_json(args.json, results, {**prov, "partial": True})
 
-        results, coverage, seconds = session.run(dict(zip(recorded, session.rejudge(list(recorded.values())))),
-                                                 partial)
+        session.rejudge(list(recorded.values()))  # in place: the verdicts as mutation.toml says them now
+        results, coverage, seconds = session.run(recorded, partial)
     except (ConfigError, BaselineFailed) as error:
         print(f"pytest_npu_lazy.mutate: {error}", file=sys.stderr)
         return 2

@@ -65,6 +65,8 @@ class PassOptions:
 #: slower than a plain run), and never below the floor: a loaded machine must not turn a slow test into a catch
 TEST_LIMIT_FACTOR = 4.0
 TEST_LIMIT_FLOOR = 12.0
+#: the message of a mutant a full pass recorded under its verdict without running it
+JUDGED_WITHOUT_A_RUN = "judged in the configuration; not run (run it with --only)"
 
 
 class MutationPass:
@@ -88,8 +90,7 @@ class MutationPass:
                 raise ConfigError(f"{self.config.path}: [targets.\"{module}\"] names {', '.join(sorted(unknown))}, "
                                   f"which {module} does not define; fix or remove the names")
             mutants += operators.compilable(self.sources[module], module, set(functions), self._wanted)
-        unknown = [name for name in self.options.functions
-                   if not any(m.function == name or m.function.startswith(name + ".") for m in mutants)]
+        unknown = [name for name in self.options.functions if not any(_within(m, name) for m in mutants)]
         if unknown:
             from .config import ConfigError
 
@@ -107,7 +108,7 @@ class MutationPass:
         ``first``; the rest keep their source order behind them."""
         order = self.options.functions or self.config.first
         for rank, name in enumerate(order):
-            if mutant.function == name or mutant.function.startswith(name + "."):
+            if _within(mutant, name):
                 return rank
         return len(order)
 
@@ -116,10 +117,9 @@ class MutationPass:
 
     def _wanted(self, mutant: operators.Mutant) -> bool:
         for name in self.config.excluded.get(mutant.module, []):
-            if mutant.function == name or mutant.function.startswith(name + "."):
+            if _within(mutant, name):
                 return False
-        if self.options.functions and not any(mutant.function == name or mutant.function.startswith(name + ".")
-                                              for name in self.options.functions):
+        if self.options.functions and not any(_within(mutant, name) for name in self.options.functions):
             return False
         patterns = self._patterns()
         return not patterns or any(mutant.id == p or mutant.id.startswith(p) for p in patterns)
@@ -170,7 +170,10 @@ class MutationPass:
         coverage = self.coverage_map = self.coverage()
         recorded = dict(recorded or {})
         rerun = set(self.options.only)
-        todo = [m for m in mutants if m.id not in recorded or any(m.id.startswith(p) for p in rerun)]
+        # a recorded "not-run" is looked at again: a function no test ran may be run now, and a mutant recorded
+        # under a verdict without a run, whose verdict is withdrawn, must be run
+        todo = [m for m in mutants if m.id not in recorded or recorded[m.id].status == "not-run"
+                or any(m.id.startswith(p) for p in rerun)]
         todo.sort(key=self._function_rank)  # the most wanted first (a stable sort: source order otherwise)
         if recorded:
             self.progress(f"resuming: {len(mutants) - len(todo)} mutants recorded already, {len(todo)} to run")
@@ -185,16 +188,16 @@ class MutationPass:
         for index, mutant in enumerate(todo, 1):
             result = self.run_one(mutant, coverage, killers)
             done[mutant.id] = result
-            results = sorted(done.values(), key=self._source_order)
+            results = sorted(done.values(), key=self.source_order)
             if on_result:
                 on_result(results)
             elapsed = time.monotonic() - started
             self.progress(f"[{index:>4}/{len(todo)}] {result.status:<11} {result.seconds:6.1f} s  {mutant.id}"
                           + (f"  by {result.killed_by}" if result.killed_by else "")
                           + f"   ({elapsed / 60:.1f} min)")
-        return sorted(done.values(), key=self._source_order), coverage, time.monotonic() - started
+        return sorted(done.values(), key=self.source_order), coverage, time.monotonic() - started
 
-    def _source_order(self, result: MutantResult) -> tuple:
+    def source_order(self, result: MutantResult) -> tuple:
         """Module as configured, then line and column: the order the mutants are generated in."""
         modules = list(self.config.targets)
         mutant = result.mutant
@@ -208,8 +211,7 @@ class MutationPass:
         if verdict is not None and not self._patterns():
             # judged from the code in mutation.toml: a full pass records the verdict without a run that could
             # only end "survived" or at its limit; --only and --sample run it, to check the verdict still holds
-            return self._judged(MutantResult(mutant, "not-run", message="judged in the configuration; not run "
-                                             "(run it with --only)"), verdict)
+            return self._judged(MutantResult(mutant, "not-run", message=JUDGED_WITHOUT_A_RUN), verdict)
         if not selected:
             return self._judged(MutantResult(mutant, "not-run", message="no test of the suite runs this function"),
                                 verdict)
@@ -298,9 +300,16 @@ class MutationPass:
         """Recorded results under the configuration's verdicts as they are now (added, changed or withdrawn)."""
         for result in results:
             if result.status in ("equivalent", "device-only") and result.mutant.id not in self.config.verdicts:
-                result.status, result.verdict, result.npu_test = "survived", "", ""
+                # what the run said before the verdict, or, for a mutant never run, that it has not run yet
+                unrun = result.message == JUDGED_WITHOUT_A_RUN
+                result.status, result.verdict, result.npu_test = ("not-run" if unrun else "survived"), "", ""
             self._judged(result, self.config.verdicts.get(result.mutant.id))
         return results
+
+
+def _within(mutant: operators.Mutant, name: str) -> bool:
+    """Whether the mutant lies in the function ``name`` (a qualified name), or in a function nested in it."""
+    return mutant.function == name or mutant.function.startswith(name + ".")
 
 
 def _python_files(path: Path) -> list[Path]:

@@ -282,6 +282,15 @@ def test_the_runner_catches_survives_and_records(tmp_path):
     assert again.returncode == 0 and "1 to run" in again.stderr, again.stderr
     rerun = {m["mutant"]["id"]: m["status"] for m in json.loads((project / "out.json").read_text())["mutants"]}
     assert rerun == {ident: m["status"] for ident, m in status.items()}
+    # a verdict withdrawn: the mutant recorded under it without a run is run now, not taken as a survivor
+    config = (project / "mutation.toml").read_text()
+    (project / "mutation.toml").write_text(config[:config.index("[[verdict]]")])
+    resumed = _mutate(project, "--json", "out.json", "--resume")
+    assert resumed.returncode == 0 and "not-run        0.0 s  lazylib:41:11:change-constant" in resumed.stderr, (
+        resumed.stderr)
+    unjudged = next(m for m in json.loads((project / "out.json").read_text())["mutants"]
+                    if m["mutant"]["id"] == "lazylib:41:11:change-constant")
+    assert unjudged["status"] == "not-run" and "no test" in unjudged["message"], unjudged  # untested() is dead code
 
 
 def test_a_mutants_tests_run_most_likely_to_catch_first_then_cheapest():
