@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
@@ -50,7 +51,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+class Stopped(Exception):
+    """SIGTERM or SIGHUP reached the pass: raised so the running suite's ``finally`` kills its process group."""
+
+
+def _stop_on_signal(signum, _frame):
+    raise Stopped(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    # each run lives in a session of its own (so one kill ends it and its zygotes); a pass killed by a signal
+    # without a handler would leave that session running, so a signal becomes an exception that unwinds it
+    previous = {signum: signal.signal(signum, _stop_on_signal) for signum in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return _main(argv)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
     try:
         config = load(args.config.resolve())
@@ -97,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, BaselineFailed) as error:
         print(f"pytest_npu_lazy.mutate: {error}", file=sys.stderr)
         return 2
+    except Stopped as stop:
+        print(f"pytest_npu_lazy.mutate: stopped by {stop}; the record in --json holds every mutant finished "
+              "(carry on with --resume)", file=sys.stderr)
+        return 128 + getattr(signal, str(stop)).value
     prov = report.provenance(command.strip(), config.root, seconds + earlier.get("wall_seconds", 0), coverage,
                              earlier)
     if args.json:

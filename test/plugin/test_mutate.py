@@ -317,3 +317,58 @@ def test_a_hanging_mutant_is_caught_by_the_test_timeout_and_a_broken_suite_stops
     broken = _mutate(project, "--only", busy.id, "--json", "broken.json", "--retake-coverage")
     assert broken.returncode == 2 and "does not pass without a mutant" in broken.stderr, broken.stderr
     assert "test_broken" in broken.stderr
+
+
+def _marked_processes(mark: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every process whose environment carries ``mark``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                if mark.encode() not in handle.read():
+                    continue
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                found.append((int(entry), handle.read().replace(b"\0", b" ").decode()))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.needs("torch")
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc to find the run's processes")
+def test_a_pass_stopped_by_sigterm_leaves_no_process_behind(tmp_path):
+    """Each mutant's run has a session of its own; killing the pass must end it, not orphan it."""
+    import signal
+    import time
+    import uuid
+
+    project = _project(tmp_path)
+    [busy] = [m for m in operators.generate(LIBRARY, "lazylib", {"run_once"})
+              if m.description == "False -> True" and "busy" in LIBRARY.splitlines()[m.line - 1]]
+    mark = f"NPU_LAZY_STOP_MARK={uuid.uuid4().hex}"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(project), os.environ.get("PYTHONPATH", "")]))
+    env[mark.split("=")[0]] = mark.split("=")[1]
+    runner = subprocess.Popen([sys.executable, "-m", "pytest_npu_lazy.mutate", "--config",
+                               str(project / "mutation.toml"), "--only", busy.id, "--json", "stop.json"],
+                              cwd=project, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        # the mutant's run (-x; the coverage pass has none) with its hung test under way
+        while not any(" -x " in cmd for pid, cmd in _marked_processes(mark) if pid != runner.pid):
+            assert runner.poll() is None and time.monotonic() < deadline, "the mutant's run never started"
+            time.sleep(0.2)
+        time.sleep(1.0)
+        runner.send_signal(signal.SIGTERM)
+        _, stderr = runner.communicate(timeout=60)
+        left = _marked_processes(mark)
+    finally:
+        for pid, _ in _marked_processes(mark):  # what a failing pass left: this test must not leave it too
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    assert not left, f"processes outlived the stopped pass: {left}"
+    assert runner.returncode == 128 + signal.SIGTERM, stderr
+    assert "stopped by SIGTERM" in stderr and "--resume" in stderr, stderr
