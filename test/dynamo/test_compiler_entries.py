@@ -9,6 +9,8 @@ then expose their submodules through the proxy and the real package alike.
 from __future__ import annotations
 
 import inspect
+import os
+import re
 import sys
 import types
 
@@ -57,8 +59,12 @@ def test_lazy_proxies_are_installed_by_import_and_import_nothing(npu_lazy):
 
     assert isinstance(sys.modules.get("npugraph_ex"), npu_dynamo._LazyNpuGraphEx)
     assert isinstance(sys.modules.get("torchair"), npu_dynamo._LazyTorchair)
-    with pytest.raises(AttributeError, match="before npugraph_ex is initialized"):
+    with pytest.raises(AttributeError, match="before npugraph_ex is initialized") as excinfo:
         sys.modules["npugraph_ex"].get_npu_backend  # noqa: B018 - touching it is the test
+    # the proxy writes torch_npu's error-code line itself (pta_error would import submodules lazily): it must still
+    # end the message in that format, with this process's id
+    assert re.search(rf"\n\[ERROR\] \S+ \(PID:{os.getpid()}, Device:-1, RankID:-1\) ERR00005 PTA internal error$",
+                     str(excinfo.value)), str(excinfo.value)
     npu_lazy.assert_not_loaded("torch_npu.dynamo.npugraph_ex", "torch_npu.dynamo.torchair", *DEFERRED)
 
 

@@ -181,3 +181,64 @@ def test_the_post_import_trigger_goes_ahead_of_import_hooks_installed_before_tor
     assert npu_lazy.ran(DYNAMO_SETUP), (
         "torch._dynamo was imported through an import hook installed before torch_npu, and the Dynamo set-up "
         "did not run: the post-import trigger is not at the head of sys.meta_path")
+
+
+def test_the_post_import_finder_asked_directly_answers_with_the_wrapped_dynamo_spec(npu_lazy):
+    """The finder finds torch._dynamo through the other finders even when it is not on sys.meta_path itself (a
+    tool asking each finder in turn, a copy of the list): it answers with the spec and its set-up loader, not None."""
+    with npu_lazy.phase("import"):
+        import torch_npu  # noqa: F401
+    from torch_npu.utils._dynamo import _DynamoPostImportFinder, _DynamoPostImportLoader
+
+    finder = _DynamoPostImportFinder()
+    meta_path = list(sys.meta_path)
+    spec = finder.find_spec("torch._dynamo")
+    assert spec is not None and spec.name == "torch._dynamo", (
+        f"a post-import finder not on sys.meta_path answered {spec!r} for torch._dynamo, which the other finders find")
+    assert isinstance(spec.loader, _DynamoPostImportLoader), spec.loader
+    assert sys.meta_path == meta_path, "asking the finder changed sys.meta_path"
+    npu_lazy.assert_not_loaded("torch._dynamo")
+
+
+def test_a_failed_first_import_of_dynamo_keeps_the_trigger_for_the_next(npu_lazy):
+    """The trigger takes itself off sys.meta_path while it asks the other finders, and must put itself back: if
+    the first import of torch._dynamo fails (a missing dependency, an interrupt), the import that then succeeds
+    must still run the Dynamo set-up."""
+    import importlib.abc
+    import importlib.machinery
+
+    class FailsOnce(importlib.abc.MetaPathFinder):
+        failed = False
+
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname != "torch._dynamo" or self.failed:
+                return None
+            spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+            outer = self
+
+            class Failing(importlib.abc.Loader):
+                def create_module(self, spec):
+                    return None
+
+                def exec_module(self, module):
+                    outer.failed = True
+                    raise ImportError("injected: the first import of torch._dynamo fails")
+
+            spec.loader = Failing()
+            return spec
+
+    with npu_lazy.phase("import"):
+        import torch_npu  # noqa: F401
+    hook = FailsOnce()
+    sys.meta_path.insert(1, hook)  # behind torch_npu's trigger, which asks it
+    try:
+        with pytest.raises(ImportError, match="injected"):
+            import torch._dynamo  # noqa: F401
+        assert hook.failed and not npu_lazy.ran(DYNAMO_SETUP)
+        with npu_lazy.phase("dynamo"):
+            import torch._dynamo  # noqa: F401,F811
+    finally:
+        sys.meta_path.remove(hook)
+    assert npu_lazy.ran(DYNAMO_SETUP), (
+        "torch._dynamo imported after a failed first import, and the Dynamo set-up did not run: the post-import "
+        "trigger was lost with the failed import")

@@ -1,0 +1,102 @@
+"""The ``npu`` backend (torchair's) is built once per process, by whichever comes first, and used by every compile.
+
+torch_npu < 2.15 builds torchair's backend while ``torch.compile(..., backend="npu")``
+runs (its ``torch._dynamo.optimize`` hook), so that the first call does not
+pay for it; the first call then goes through ``_lazy_exec``, which must find
+that backend and not build a second. A backend callable passed directly
+(``lookup_backend("npu")``) skips the hook: the first call builds the backend
+itself and must run what it built. Without torchair's proxy in
+``sys.modules`` the error says so.
+
+torchair's ``get_npu_backend`` is replaced by a recording backend that runs
+the captured graph on the CPU: what is pinned is how often torch_npu asks for
+a backend and which one runs, not torchair's compiler, which needs a device.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from facts import needs_deferred_setup
+from test_non_inductor_backends import torchair_state
+
+pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
+
+
+class RecordingTorchair:
+    """Stands in for ``torchair.get_npu_backend``: counts the backends built and the graphs each compiled."""
+
+    def __init__(self):
+        self.built = []  # the compiler_config of each backend built
+        self.graphs = []  # (backend number, graph module) for every graph compiled
+
+    def get_npu_backend(self, *, compiler_config=None):
+        number = len(self.built)
+        self.built.append(compiler_config)
+
+        def backend(graph_module, example_inputs, **kwargs):
+            self.graphs.append((number, graph_module))
+            return graph_module.forward
+
+        return backend
+
+
+@pytest.fixture
+def torchair(monkeypatch):
+    state = torchair_state()
+    if state.state != "importable":
+        pytest.skip(f"needs torch_npu's bundled torchair to import: {state.why}")
+    import torch_npu.dynamo.torchair as real
+
+    recording = RecordingTorchair()
+    monkeypatch.setattr(real, "get_npu_backend", recording.get_npu_backend)
+    return recording
+
+
+def _models(torch):
+    return (lambda x: torch.sin(x) + 1), (lambda x: torch.cos(x) * 2)
+
+
+def test_the_npu_backend_is_built_once_and_every_compile_runs_it(torchair):
+    import torch
+
+    first, second = _models(torch)
+    x = torch.randn(8)
+    compiled_first = torch.compile(first, backend="npu", fullgraph=True)
+    torch.testing.assert_close(compiled_first(x), first(x))
+    torch.testing.assert_close(compiled_first(x), first(x))
+    compiled_second = torch.compile(second, backend="npu", fullgraph=True)
+    torch.testing.assert_close(compiled_second(x), second(x))
+    assert len(torchair.built) == 1, (
+        f"torchair's npu backend was built {len(torchair.built)} times for two compiles in one process; torch_npu "
+        "keeps the backend it built (at the first torch.compile) and must not build another")
+    assert [number for number, _ in torchair.graphs] == [0, 0], (
+        f"expected both functions' graphs compiled by the one backend built, got {torchair.graphs}")
+
+
+def test_a_backend_callable_passed_directly_builds_torchair_at_the_first_call_and_runs_it(torchair):
+    import torch
+    import torch._dynamo
+
+    backend = torch._dynamo.lookup_backend("npu")
+    first, _ = _models(torch)
+    compiled = torch.compile(first, backend=backend, fullgraph=True)
+    assert torchair.built == [], "a backend callable was given: nothing may be built before the first call"
+    x = torch.randn(8)
+    torch.testing.assert_close(compiled(x), first(x))
+    assert len(torchair.built) == 1 and len(torchair.graphs) == 1, (
+        f"the first call built {len(torchair.built)} backend(s) and compiled {len(torchair.graphs)} graph(s) "
+        "through them; expected it to build one and compile its graph with it")
+
+
+def test_without_torchairs_proxy_the_npu_backend_says_torchair_is_missing(monkeypatch):
+    """The proxy is removed after the Dynamo set-up (which installs it again when it is missing)."""
+    import torch
+    import torch._dynamo  # noqa: F401  (the post-import trigger runs the Dynamo set-up)
+
+    monkeypatch.delitem(sys.modules, "torchair")
+    first, _ = _models(torch)
+    with pytest.raises(Exception, match=r"Could not find module torchair\. Please check if torchair is removed "
+                                        r"from sys\.modules"):
+        torch.compile(first, backend="npu", fullgraph=True)(torch.randn(8))
