@@ -157,3 +157,26 @@ def test_zoo_duplicate_entry_point_registration_is_caught(npu_lazy):
     duplicate_entry_point_registration()
     caught(test_entry_point_lookup_registers_the_npu_backend_once, npu_lazy,
            says=("duplicate name: npu", "npu_lazy: raised during phase 'lookup'", "in lookup_backend"))
+
+
+@pytest.mark.npu_lazy(preload=["torch"])
+@pytest.mark.parametrize("discovered", [False, True], ids=["registered", "registered-then-entry-points-discovered"])
+def test_a_foreign_npu_backend_is_refused_not_silently_kept(npu_lazy, discovered):
+    """A backend another package registered as "npu" before torch_npu's Dynamo set-up is not taken for
+    torch_npu's own: the set-up replaces a registration only when it is torch_npu's (its module, or its pending
+    entry point), and otherwise fails with torch's duplicate-name error instead of leaving ``backend="npu"`` to
+    run someone else's compiler."""
+    import torch
+    import torch._dynamo
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    def foreign(graph_module, example_inputs):
+        return graph_module.forward
+
+    register_backend(foreign, "npu")
+    if discovered:  # Dynamo's registry reads the entry points: torch_npu's pending "npu" sits beside the foreign one
+        torch._dynamo.list_backends(exclude_tags=None)
+        npu_lazy.assert_not_loaded("torch_npu")
+    with pytest.raises(AssertionError, match="duplicate name: npu"):
+        import torch_npu  # noqa: F401  (Dynamo is loaded: the set-up runs at import)
+    assert _COMPILER_FNS["npu"] is foreign  # torch refused the second registration; nothing was replaced quietly
