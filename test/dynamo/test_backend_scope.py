@@ -413,3 +413,66 @@ def test_options_validated_after_npu_registration_are_caught(npu_lazy, backend_e
                        npu_lazy, backend_env, "invalid_npu_option_type",
                        says=["'torch_npu._inductor' must not be loaded yet, but it was loaded during phase 'wrap-unset'",
                              "in register_before_option_validation.<locals>."])
+
+
+#: (compile option, torch._inductor.config.npu_backend, TORCHINDUCTOR_NPU_BACKEND) -> the backend resolved.
+#: Each level counts only when set: None, "" and "default" mean "not chosen here", and the next level decides.
+RESOLUTION = {
+    ("ascendc", "mlir", "dvm"): "ascendc",
+    (None, "mlir", "dvm"): "mlir",
+    ("", "mlir", "dvm"): "mlir",
+    ("default", "mlir", "dvm"): "mlir",
+    (None, "default", "dvm"): "dvm",
+    (None, "", "dvm"): "dvm",
+    (None, None, "dvm"): "dvm",
+    ("default", "default", "dvm"): "dvm",
+    (None, "default", None): "default",
+    (None, None, None): "default",
+}
+
+
+@pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+def test_the_backend_is_resolved_from_options_then_config_then_environment(npu_lazy, monkeypatch):
+    """The documented priority: torch.compile's npu_backend option, else Inductor's config, else the variable;
+    Inductor's own default ("default") must not hide a backend the variable chose."""
+    import types
+
+    from torch_npu.utils import _dynamo
+
+    wrong = []
+    for (option, config, env), expected in RESOLUTION.items():
+        fake_config = types.ModuleType("torch._inductor.config")
+        if config is not None:
+            fake_config.npu_backend = config
+        monkeypatch.setitem(sys.modules, "torch._inductor.config", fake_config)
+        if env is None:
+            monkeypatch.delenv(VAR, raising=False)
+        else:
+            monkeypatch.setenv(VAR, env)
+        got = _dynamo._resolve_npu_backend(option)
+        if got != expected:
+            wrong.append(f"option={option!r} config={config!r} {VAR}={env!r}: resolved {got!r}, expected {expected!r}")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+@pytest.mark.parametrize("backend", ["ascendc", "dvm"])
+def test_only_an_ascendc_scope_puts_the_deterministic_level_into_inductors_cache_keys(npu_lazy, monkeypatch, backend):
+    """AscendC kernels differ by the NPU deterministic level: its scope must add the level to the FX graph and
+    AOT autograd cache keys before anything is compiled, or a cached kernel of another level is reused."""
+    from torch_npu.utils import _dynamo
+
+    # NPU Inductor loaded for the default backend first: loading the ascendc backend itself asks the device for its
+    # SoC, which this check does not need (registration and the set-up are left out of the scope below)
+    monkeypatch.delenv(VAR, raising=False)
+    import torch_npu._inductor  # noqa: F401
+
+    monkeypatch.setattr(_dynamo, "register_inductor_npu", lambda: None)
+    monkeypatch.setattr(_dynamo, "_lazy_inductor_setup", lambda: None)
+    with _dynamo._NpuBackendScope(backend):
+        pass
+    codecache = sys.modules.get("torch._inductor.codecache")
+    patched = bool(getattr(getattr(codecache, "FxGraphHashDetails", None), "_npu_deterministic_level_patched", False))
+    assert patched == (backend == "ascendc"), (
+        f"after a {backend!r} scope the deterministic level is {'' if patched else 'not '}part of Inductor's cache "
+        f"keys; it must be for ascendc only")
