@@ -100,3 +100,49 @@ def test_without_torchairs_proxy_the_npu_backend_says_torchair_is_missing(monkey
     with pytest.raises(Exception, match=r"Could not find module torchair\. Please check if torchair is removed "
                                         r"from sys\.modules"):
         torch.compile(first, backend="npu", fullgraph=True)(torch.randn(8))
+
+
+class RecordingNpuGraphEx:
+    """Stands in for ``npugraph_ex.get_npu_backend``: records the configuration each backend was built with."""
+
+    def __init__(self):
+        self.configs = []
+        self.graphs = []
+
+    def get_npu_backend(self, *, compiler_config=None):
+        self.configs.append(compiler_config)
+
+        def backend(graph_module, example_inputs, **kwargs):
+            self.graphs.append(graph_module)
+            return graph_module.forward
+
+        return backend
+
+
+@pytest.mark.npu_lazy(preload=["torch"])
+def test_the_npugraph_ex_entry_point_sets_up_dynamo_and_builds_its_backend_in_npugraph_ex_mode(npu_lazy, monkeypatch):
+    """``backend="npugraph_ex"`` found through the wheel's entry point (torch_npu not imported): the compile has
+    torch_npu's Dynamo integration set up, and the entry builds npugraph_ex's backend with ``mode="npugraph_ex"``
+    and runs it."""
+    import torch
+
+    state = torchair_state()
+    if state.state != "importable":
+        pytest.skip(f"needs torch_npu's bundled npugraph_ex (torchair) to import: {state.why}")
+    from importlib import metadata
+
+    [entry] = [ep for ep in metadata.entry_points(group="torch_dynamo_backends") if ep.name == "npugraph_ex"]
+    entry_function = entry.load()  # imports torch_npu, as Dynamo's registry does
+    import torch_npu.dynamo.npugraph_ex as real
+    from torch_npu.utils._dynamo import _lazy_dynamo_setup
+
+    recording = RecordingNpuGraphEx()
+    monkeypatch.setattr(real, "get_npu_backend", recording.get_npu_backend)
+    first, _ = _models(torch)
+    x = torch.randn(8)
+    torch.testing.assert_close(torch.compile(first, backend=entry_function, fullgraph=True)(x), first(x))
+    assert _lazy_dynamo_setup.has_run, "the npugraph_ex entry point compiled without torch_npu's Dynamo set-up"
+    assert len(recording.configs) == 1 and len(recording.graphs) == 1, (recording.configs, recording.graphs)
+    config = recording.configs[0]
+    assert isinstance(config, real.CompilerConfig) and config.mode.value == "npugraph_ex", (
+        f"npugraph_ex's backend was built with {config!r}; expected a CompilerConfig in mode 'npugraph_ex'")
