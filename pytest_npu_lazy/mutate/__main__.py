@@ -43,6 +43,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="write every result as JSON here")
     parser.add_argument("--markdown", type=Path, help="write the score and tables as markdown here")
     parser.add_argument("--report-only", action="store_true", help="run nothing: write --markdown from --json")
+    parser.add_argument("--merge", action="append", default=[], type=Path, metavar="FILE",
+                        help="with --report-only: add the results of another record of the same configuration (a "
+                             "shard run side by side with --function) to --json (repeatable)")
     parser.add_argument("--resume", action="store_true", help="keep the results already in --json and run the rest "
                         "(and those --only names again); the JSON is rewritten after every mutant")
     parser.add_argument("--expect", choices=("recorded",), help="with --sample: fail unless each sampled mutant "
@@ -94,6 +97,15 @@ def _main(argv: list[str] | None) -> int:
             data = json.loads(args.json.read_text())
             recorded = {r["mutant"]["id"]: MutantResult.from_dict(r) for r in data["mutants"]}
             earlier = data.get("provenance", {})
+        if args.merge and not args.report_only:
+            raise ConfigError("--merge adds other records to --json without running anything: use it with "
+                              "--report-only")
+        for other in args.merge:
+            if not other.exists():
+                raise ConfigError(f"--merge {other}: no such file; name a record written with --json")
+            data = json.loads(other.read_text())
+            earlier = report.merge(recorded, earlier, [MutantResult.from_dict(r) for r in data["mutants"]],
+                                   data.get("provenance", {}))
         if args.report_only:
             if not args.markdown:
                 raise ConfigError("--report-only writes --markdown FILE; name one")

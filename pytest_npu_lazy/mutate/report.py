@@ -75,6 +75,25 @@ def provenance(command: str, root: Path, seconds: float, coverage: CoverageMap, 
             "coverage_seconds": coverage.seconds, "tests": len(coverage.tests)}
 
 
+def merge(recorded: dict[str, MutantResult], prov: dict, other: list[MutantResult], other_prov: dict) -> dict:
+    """Add another record's results to ``recorded`` (in place) and return the provenance of the two.
+
+    Shards of one pass (``--function`` side by side, from copies of one record) share what they resumed from:
+    a mutant keeps the result it has, unless that is "not-run" and the other record ran it. The provenance
+    lists each merged record's commands and wall time apart; wall times are not added up, since shards overlap.
+    """
+    for result in other:
+        mine = recorded.get(result.mutant.id)
+        if mine is None or (mine.status == "not-run" and result.status != "not-run"):
+            recorded[result.mutant.id] = result
+    merged = [dict(m) for m in prov.get("merged", [])]
+    entry = {"command": other_prov.get("command", "not recorded"), "then": list(other_prov.get("then", [])),
+             "wall_seconds": other_prov.get("wall_seconds")}
+    if entry not in merged:
+        merged.append(entry)
+    return {**prov, "merged": merged}
+
+
 def write_json(path: Path, results: list[MutantResult], prov: dict) -> None:
     data = {"provenance": prov, "score": score(results), "mutants": [r.to_dict() for r in results]}
     path.write_text(portable(json.dumps(data, indent=1)) + "\n")
@@ -115,6 +134,11 @@ def markdown(results: list[MutantResult], prov: dict, not_run: list | None = Non
         out.append(f"| {label} | {value} |")
         if key == "command":
             out += [f"| then | `{command}` |" for command in prov.get("then", [])]
+    for other in prov.get("merged", []):
+        commands = [other["command"], *other.get("then", [])]
+        new = [c for c in commands if c != prov.get("command") and c not in prov.get("then", [])]
+        out.append(f"| merged from a record of | {'; '.join(f'`{c}`' for c in new) or '(the same commands)'} "
+                   f"({other.get('wall_seconds', 'not recorded')} s of wall time in all) |")
     for title, statuses in (("Not caught, and why", ("survived", "not-run", "timeout", "error")),
                             ("Equivalent and device-only", EXCUSED)):
         rows = [r for r in results if r.status in statuses]

@@ -372,3 +372,26 @@ def test_a_pass_stopped_by_sigterm_leaves_no_process_behind(tmp_path):
     assert not left, f"processes outlived the stopped pass: {left}"
     assert runner.returncode == 128 + signal.SIGTERM, stderr
     assert "stopped by SIGTERM" in stderr and "--resume" in stderr, stderr
+
+
+@pytest.mark.needs("torch")
+def test_shards_run_side_by_side_merge_into_one_record(tmp_path):
+    """The full pass takes hours: split with --function, run side by side, merged with --report-only --merge."""
+    project = _project(tmp_path)
+    for shard, function in (("a", "setup"), ("b", "load_heavy")):
+        run = _mutate(project, "--function", function, "--json", f"{shard}.json")
+        assert run.returncode == 0, run.stderr
+    shard_b = {m["mutant"]["id"]: m["status"] for m in json.loads((project / "b.json").read_text())["mutants"]}
+    merged = _mutate(project, "--report-only", "--json", "a.json", "--merge", "b.json", "--markdown", "all.md")
+    assert merged.returncode == 0, merged.stderr
+    data = json.loads((project / "a.json").read_text())
+    statuses = {m["mutant"]["id"]: m["status"] for m in data["mutants"]}
+    assert shard_b and all(statuses.get(ident) == status for ident, status in shard_b.items()), (statuses, shard_b)
+    assert {m["mutant"]["function"] for m in data["mutants"]} == {"setup", "load_heavy"}
+    assert "--function load_heavy" in data["provenance"]["merged"][0]["command"]
+    table = (project / "all.md").read_text()
+    assert "merged from a record of" in table and "--function load_heavy" in table
+    refused = _mutate(project, "--json", "a.json", "--merge", "b.json")
+    assert refused.returncode == 2 and "use it with --report-only" in refused.stderr, refused.stderr
+    missing = _mutate(project, "--report-only", "--json", "a.json", "--merge", "nope.json", "--markdown", "x.md")
+    assert missing.returncode == 2 and "nope.json: no such file" in missing.stderr, missing.stderr
