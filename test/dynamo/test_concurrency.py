@@ -8,6 +8,7 @@ import threading
 
 import pytest
 from facts import INDUCTOR_SETUP, needs_deferred_setup
+from forked import verdict_of_forked_child
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
@@ -81,25 +82,13 @@ def test_setup_works_in_a_process_forked_after_import(npu_lazy):
     import torch
     import torch_npu.utils._dynamo as npu_dynamo
 
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the forked process: compile, call, and say how it went
-        os.close(read_end)
-        verdict = b"no verdict"
-        try:
-            x = torch.randn(8)
-            out = torch.compile(lambda t: t * 3 - 1, backend="inductor")(x)
-            ok = torch.allclose(out, x * 3 - 1) and npu_dynamo._lazy_inductor_setup.has_run
-            verdict = b"ok" if ok else b"wrong result or setup not run"
-        except BaseException as exc:
-            verdict = repr(exc).encode()
-        finally:
-            os.write(write_end, verdict)
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        verdict = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    assert verdict == b"ok", verdict.decode(errors="replace")
+    def child() -> str:  # the forked process: compile, call, and say how it went
+        x = torch.randn(8)
+        out = torch.compile(lambda t: t * 3 - 1, backend="inductor")(x)
+        ok = torch.allclose(out, x * 3 - 1) and npu_dynamo._lazy_inductor_setup.has_run
+        return "ok" if ok else "wrong result or setup not run"
+
+    verdict, status = verdict_of_forked_child(child)
+    assert verdict == "ok", verdict
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert not npu_dynamo._lazy_inductor_setup.has_run  # the parent is untouched

@@ -11,13 +11,13 @@ twice. The mutation pass (docs/mutation.md) found each of these unpinned.
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
 
 import pytest
 from facts import needs_deferred_setup
+from forked import verdict_of_forked_child
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
@@ -113,31 +113,18 @@ def test_a_setup_running_in_another_thread_at_fork_runs_again_in_the_child(slow_
     runner = threading.Thread(target=npu_dynamo._lazy_inductor_setup)
     runner.start()
     assert slow_inductor_setup["started"].wait(60)
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_end)
-        verdict = b"no verdict"
-        try:
-            done = threading.Event()
-            threading.Thread(target=lambda: (npu_dynamo._lazy_inductor_setup(), done.set()), daemon=True).start()
-            if not done.wait(20):
-                verdict = b"the child waited for a set-up running in a thread it does not have"
-            elif not npu_dynamo._lazy_inductor_setup.has_run:
-                verdict = b"the child skipped the set-up: has_run is False after the call"
-            else:
-                verdict = b"ok"
-        except BaseException as exc:
-            verdict = repr(exc).encode()
-        finally:
-            os.write(write_end, verdict)
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        verdict = pipe.read()
-    os.waitpid(pid, 0)
+    def child() -> str:
+        done = threading.Event()
+        threading.Thread(target=lambda: (npu_dynamo._lazy_inductor_setup(), done.set()), daemon=True).start()
+        if not done.wait(20):
+            return "the child waited for a set-up running in a thread it does not have"
+        if not npu_dynamo._lazy_inductor_setup.has_run:
+            return "the child skipped the set-up: has_run is False after the call"
+        return "ok"
+
+    verdict, _ = verdict_of_forked_child(child)
     runner.join(120)
-    assert verdict == b"ok", verdict.decode(errors="replace")
+    assert verdict == "ok", verdict
     assert slow_inductor_setup["calls"] == 1  # the parent's own run, once
 
 
@@ -162,33 +149,23 @@ def test_a_child_forked_while_another_thread_holds_the_setup_lock_does_not_deadl
     holder = threading.Thread(target=hold)
     holder.start()
     assert holding.wait(60)
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read_end)
-        verdict = b"no verdict"
-        try:
-            # in the main thread: a new thread may get the holder's thread id back and pass its re-entrant lock
-            def give_up(signum, frame):
-                raise TimeoutError("the child's set-up waited 20 s for a lock held by a thread the fork did not copy")
+    def child() -> str:
+        # in the main thread: a new thread may get the holder's thread id back and pass its re-entrant lock
+        def give_up(signum, frame):
+            raise TimeoutError("the child's set-up waited 20 s for a lock held by a thread the fork did not copy")
 
-            signal.signal(signal.SIGALRM, give_up)
-            signal.alarm(20)
-            npu_dynamo._lazy_inductor_setup()
-            signal.alarm(0)
-            verdict = b"ok" if npu_dynamo._lazy_inductor_setup.has_run else b"the child skipped the set-up"
-        except BaseException as exc:
-            verdict = repr(exc).encode()
-        finally:
-            os.write(write_end, verdict)
-            os._exit(0)
-    os.close(write_end)
-    release.set()
-    holder.join(60)
-    with os.fdopen(read_end, "rb") as pipe:
-        verdict = pipe.read()
-    os.waitpid(pid, 0)
-    assert verdict == b"ok", verdict.decode(errors="replace")
+        signal.signal(signal.SIGALRM, give_up)
+        signal.alarm(20)
+        npu_dynamo._lazy_inductor_setup()
+        signal.alarm(0)
+        return "ok" if npu_dynamo._lazy_inductor_setup.has_run else "the child skipped the set-up"
+
+    def let_the_holder_go():
+        release.set()
+        holder.join(60)
+
+    verdict, _ = verdict_of_forked_child(child, meanwhile=let_the_holder_go)
+    assert verdict == "ok", verdict
 
 
 def test_the_deferred_dynamo_setup_applies_every_step(npu_lazy):
