@@ -33,6 +33,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--function", action="append", default=[], metavar="NAME",
                         help="run the mutants of this function (qualified name, nested ones included; repeatable)")
     parser.add_argument("--sample", action="store_true", help="run the configuration's [sample] against its tests")
+    parser.add_argument("--tests", action="append", default=[], metavar="PATH",
+                        help="run against these test files or folders instead of the configuration's [run] tests "
+                             "(repeatable): say, the tests written for some survivors, with --only")
     parser.add_argument("-x", "--exitfirst", dest="exitfirst", action="store_true", default=True,
                         help="stop each mutant's run at its first failing test (default)")
     parser.add_argument("--no-exitfirst", dest="exitfirst", action="store_false",
@@ -78,7 +81,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         config = load(args.config.resolve())
         options = PassOptions(exitfirst=args.exitfirst, workers=args.workers, only=args.only, sample=args.sample,
-                              functions=args.function,
+                              functions=args.function, tests=args.tests,
                               retake_coverage=args.retake_coverage)
         if args.expect and not (args.against and args.against.exists()):
             raise ConfigError("--expect recorded compares with a recorded run: give it with --against FILE "

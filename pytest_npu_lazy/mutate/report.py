@@ -79,12 +79,15 @@ def merge(recorded: dict[str, MutantResult], prov: dict, other: list[MutantResul
     """Add another record's results to ``recorded`` (in place) and return the provenance of the two.
 
     Shards of one pass (``--function`` side by side, from copies of one record) share what they resumed from:
-    a mutant keeps the result it has, unless that is "not-run" and the other record ran it. The provenance
-    lists each merged record's commands and wall time apart; wall times are not added up, since shards overlap.
+    a mutant keeps the result it has, unless that is "not-run" and the other record ran it, or the other record
+    caught what this one did not (a run of tests written since, ``--only`` against the files that hold them: the
+    test that failed is named). The provenance lists each merged record's commands and wall time apart; wall
+    times are not added up, since shards overlap.
     """
     for result in other:
         mine = recorded.get(result.mutant.id)
-        if mine is None or (mine.status == "not-run" and result.status != "not-run"):
+        if (mine is None or (mine.status == "not-run" and result.status != "not-run")
+                or (mine.status in ("survived", "timeout", "error") and result.status == "caught")):
             recorded[result.mutant.id] = result
     merged = [dict(m) for m in prov.get("merged", [])]
     entry = {"command": other_prov.get("command", "not recorded"), "then": list(other_prov.get("then", [])),

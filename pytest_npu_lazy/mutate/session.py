@@ -58,6 +58,7 @@ class PassOptions:
     only: list[str] = field(default_factory=list)  #: mutant ids (or prefixes) to run; empty: all
     functions: list[str] = field(default_factory=list)  #: only mutants of these functions (and nested ones)
     sample: bool = False  #: the configuration's fixed sample, against its sample tests
+    tests: list[str] = field(default_factory=list)  #: run against these tests instead of the configuration's
     retake_coverage: bool = False
 
 
@@ -75,7 +76,13 @@ class MutationPass:
         self.options = options
         self.progress = progress
         self.sources = {module: locate_source(module).read_text() for module in config.targets}
-        self.tests = config.sample_tests if options.sample and config.sample_tests else config.tests
+        self.tests = options.tests or (config.sample_tests if options.sample and config.sample_tests else config.tests)
+        missing = [t for t in options.tests if not (config.root / t.split("::")[0]).exists()]
+        if missing:
+            from .config import ConfigError
+
+            raise ConfigError(f"--tests {', '.join(missing)}: no such file or folder under {config.root.name}/; "
+                              "name test files or folders relative to the project root")
         self.catches: dict[str, int] = {}  #: how many mutants each test caught so far in this pass
         become_subreaper()
 

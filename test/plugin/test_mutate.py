@@ -246,6 +246,8 @@ def test_configuration_errors_name_the_fix(tmp_path):
     assert run.returncode == 2 and "--function stup: no mutant of such a function" in run.stderr, run.stderr
     run = _mutate(project, "--sample", "--expect", "recorded")  # refused before any test runs
     assert run.returncode == 2 and "give it with --against FILE" in run.stderr and "coverage" not in run.stderr
+    run = _mutate(project, "--tests", "tests/test_nothing.py", "--only", "lazylib")
+    assert run.returncode == 2 and "--tests tests/test_nothing.py: no such file" in run.stderr, run.stderr
 
 
 @pytest.mark.needs("torch")  # the plugin's isolation runs the suite's marked test; no torch is imported
@@ -379,7 +381,8 @@ def test_shards_run_side_by_side_merge_into_one_record(tmp_path):
     """The full pass takes hours: split with --function, run side by side, merged with --report-only --merge."""
     project = _project(tmp_path)
     for shard, function in (("a", "setup"), ("b", "load_heavy")):
-        run = _mutate(project, "--function", function, "--json", f"{shard}.json")
+        # a shard may name its tests too (--tests): here the suite's one file
+        run = _mutate(project, "--function", function, "--json", f"{shard}.json", "--tests", "tests/test_lazylib.py")
         assert run.returncode == 0, run.stderr
     shard_b = {m["mutant"]["id"]: m["status"] for m in json.loads((project / "b.json").read_text())["mutants"]}
     merged = _mutate(project, "--report-only", "--json", "a.json", "--merge", "b.json", "--markdown", "all.md")
@@ -395,3 +398,19 @@ def test_shards_run_side_by_side_merge_into_one_record(tmp_path):
     assert refused.returncode == 2 and "use it with --report-only" in refused.stderr, refused.stderr
     missing = _mutate(project, "--report-only", "--json", "a.json", "--merge", "nope.json", "--markdown", "x.md")
     assert missing.returncode == 2 and "nope.json: no such file" in missing.stderr, missing.stderr
+
+
+def test_a_merged_record_adds_what_it_ran_and_its_catches_but_never_uncatches():
+    from pytest_npu_lazy.mutate import report
+    from pytest_npu_lazy.mutate.session import MutantResult
+
+    [a, b, c, d] = operators.generate(LIBRARY, "lazylib", {"load_heavy"})[:4]
+    recorded = {a.id: MutantResult(a, "survived"), b.id: MutantResult(b, "caught", "t::one"),
+                c.id: MutantResult(c, "not-run")}
+    prov = report.merge(recorded, {"command": "first"},
+                        [MutantResult(a, "caught", "t::new"), MutantResult(b, "survived"),
+                         MutantResult(c, "timeout"), MutantResult(d, "caught", "t::two")],
+                        {"command": "rerun --only", "wall_seconds": 12})
+    assert {i: (r.status, r.killed_by) for i, r in recorded.items()} == {
+        a.id: ("caught", "t::new"), b.id: ("caught", "t::one"), c.id: ("timeout", ""), d.id: ("caught", "t::two")}
+    assert prov["command"] == "first" and prov["merged"] == [{"command": "rerun --only", "then": [], "wall_seconds": 12}]
