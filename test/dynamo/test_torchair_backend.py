@@ -146,3 +146,42 @@ def test_the_npugraph_ex_entry_point_sets_up_dynamo_and_builds_its_backend_in_np
     config = recording.configs[0]
     assert isinstance(config, real.CompilerConfig) and config.mode.value == "npugraph_ex", (
         f"npugraph_ex's backend was built with {config!r}; expected a CompilerConfig in mode 'npugraph_ex'")
+
+
+def test_the_npu_entry_point_runs_the_backend_that_backend_npu_built(torchair):
+    """Dynamo's registry may hand out the wheel's entry function for "npu" (torch_npu imported after the lookup):
+    its first call must run the torchair backend the process already has, not build a second one."""
+    import torch
+    from importlib import metadata
+
+    [entry] = [ep for ep in metadata.entry_points(group="torch_dynamo_backends") if ep.name == "npu"]
+    first, second = _models(torch)
+    x = torch.randn(8)
+    torch.testing.assert_close(torch.compile(first, backend="npu", fullgraph=True)(x), first(x))
+    torch.testing.assert_close(torch.compile(second, backend=entry.load(), fullgraph=True)(x), second(x))
+    assert len(torchair.built) == 1 and [n for n, _ in torchair.graphs] == [0, 0], (
+        f"{len(torchair.built)} torchair backends built, graphs compiled by {[n for n, _ in torchair.graphs]}: the "
+        "entry function must reuse the npu backend")
+
+
+@pytest.mark.parametrize("warnings_off", [False, True], ids=["warnings", "TORCH_NPU_WARNING_DISABLE=1"])
+def test_without_torchair_the_npu_backend_is_eager_and_says_so_once(npu_lazy, monkeypatch, recwarn, warnings_off):
+    """A torch_npu built without torchair registers an eager "npu" backend, warning that it does (unless torch_npu's
+    warnings are switched off): the graph runs as captured, with no compiler."""
+    import torch
+    import torch_npu.dynamo as npu_dynamo
+
+    if warnings_off:
+        monkeypatch.setenv("TORCH_NPU_WARNING_DISABLE", "1")
+    monkeypatch.setattr(npu_dynamo, "_install_lazy_torchair", lambda: False)  # as if dynamo/torchair were absent
+    import torch._dynamo  # the set-up registers the backends now
+
+    backend = torch._dynamo.lookup_backend("npu")
+    assert backend is npu_dynamo._eager_npu_backend, f"without torchair, 'npu' is {backend!r}"
+    first, _ = _models(torch)
+    x = torch.randn(8)
+    torch.testing.assert_close(torch.compile(first, backend=backend, fullgraph=True)(x), first(x))
+    said = [str(w.message) for w in recwarn if "not compiled with torchair" in str(w.message)]
+    assert len(said) == (0 if warnings_off else 1), (
+        f"{len(said)} 'not compiled with torchair' warnings with torch_npu's warnings "
+        f"{'off' if warnings_off else 'on'}: {said}")
