@@ -185,3 +185,18 @@ def test_without_torchair_the_npu_backend_is_eager_and_says_so_once(npu_lazy, mo
     assert len(said) == (0 if warnings_off else 1), (
         f"{len(said)} 'not compiled with torchair' warnings with torch_npu's warnings "
         f"{'off' if warnings_off else 'on'}: {said}")
+
+
+@pytest.mark.parametrize("name", ["npugraph_ex", "torchair"])
+def test_the_dynamo_setup_installs_the_lazy_proxy_the_backends_import(npu_lazy, monkeypatch, name):
+    """The backends run ``import npugraph_ex`` and ``import torchair``: names only torch_npu's proxies answer.
+    A proxy gone from sys.modules before the Dynamo set-up (a sys.modules snapshot restored, say) is put back."""
+    import torch_npu.dynamo as npu_dynamo
+
+    monkeypatch.delitem(sys.modules, name)
+    import torch._dynamo  # noqa: F401  (the set-up registers the backends now)
+
+    proxy_type = {"npugraph_ex": npu_dynamo._LazyNpuGraphEx, "torchair": npu_dynamo._LazyTorchair}[name]
+    assert isinstance(sys.modules.get(name), proxy_type), (
+        f"after the Dynamo set-up sys.modules[{name!r}] is {sys.modules.get(name)!r}, not torch_npu's lazy proxy: "
+        f"the backend's `import {name}` would fail")
