@@ -103,3 +103,16 @@ def test_zoo_npugraphs_reset_importing_graph_trees_is_caught(npu_lazy, monkeypat
     caught(test_reset_reaches_graph_trees_only_when_loaded, npu_lazy, monkeypatch, "npugraphs-first",
            says=("'torch_npu.npu._graph_tree' must not be loaded yet, but it was loaded during phase 'reset'",
                  "in npugraphs_reset_imports_graph_trees.<locals>.patch.<locals>.reset"))
+
+
+def test_the_npugraphs_entry_names_itself_in_dynamos_errors_and_reports(npu_lazy):
+    """Like torch's own cudagraphs backend, the npugraphs entry object carries ``compiler_name``: Dynamo names a
+    backend object by it (``torch._dynamo.optimize(backend)``), in its errors, logs and repro scripts, instead of
+    the object's repr."""
+    import torch
+    import torch._dynamo
+
+    entry = torch._dynamo.lookup_backend("npugraphs")
+    debug_wrapper = torch._dynamo.eval_frame.get_compiler_fn(entry)
+    assert debug_wrapper.__name__ == "npugraphs" and debug_wrapper._compiler_name == "npugraphs", (
+        f"Dynamo names the npugraphs entry {debug_wrapper.__name__!r} (compiler {debug_wrapper._compiler_name!r})")
