@@ -103,3 +103,46 @@ def test_zoo_mark_step_through_graph_trees_is_caught(npu_lazy):
     caught(test_mark_step_begin_works_before_any_compile_and_loads_no_compiler, npu_lazy,
            says=("must not be loaded yet, but it was loaded during phase 'mark_step'",
                  "in mark_step_through_graph_trees.<locals>.patch.<locals>.mark_step_begin"))
+
+
+#: proxy name -> (its real package, an attribute the package defines)
+PROXIED = {"npugraph_ex": ("torch_npu.dynamo.npugraph_ex", "CompilerConfig"),
+           "torchair": ("torch_npu.dynamo.torchair", "get_npu_backend")}
+
+
+@pytest.mark.parametrize("name", PROXIED)
+def test_a_lazy_proxy_imports_its_package_on_import_and_then_answers_for_it(npu_lazy, name):
+    """``import <name>`` asks the proxy for ``__spec__``: that, and nothing before it, imports the real package;
+    from then on the proxy answers with the package's own attributes."""
+    from test_non_inductor_backends import torchair_state
+
+    state = torchair_state()
+    if state.state != "importable":
+        pytest.skip(f"needs torch_npu's bundled torchair and npugraph_ex to import: {state.why}")
+    package_name, attribute = PROXIED[name]
+    proxy = sys.modules[name]
+    npu_lazy.assert_not_loaded(package_name)
+    namespace: dict = {}
+    exec(f"import {name}\nfrom {name} import {attribute} as value", namespace)
+    package = sys.modules.get(package_name)
+    assert package is not None, f"`import {name}` did not import {package_name}"
+    assert namespace[name] is proxy and namespace["value"] is getattr(package, attribute)
+    assert getattr(proxy, attribute) is getattr(package, attribute)
+    assert proxy.__spec__ is package.__spec__ and list(proxy.__path__) == list(package.__path__)
+
+
+@pytest.mark.parametrize("name", PROXIED)
+def test_a_lazy_proxy_whose_package_fails_to_import_raises_that_error_again_on_every_use(npu_lazy, monkeypatch, name):
+    """CPython's import swallows an error raised while it reads ``__spec__``; the proxy keeps it and raises it,
+    with a note naming the package, on every later use instead of answering as if nothing had happened."""
+    package_name, attribute = PROXIED[name]
+    monkeypatch.setitem(sys.modules, package_name, None)  # importing the real package now fails
+    proxy = sys.modules[name]
+    with pytest.raises(ImportError) as first:
+        proxy.__spec__  # noqa: B018 - touching it is the test
+    for touch in (lambda: getattr(proxy, attribute), lambda: proxy.__path__, lambda: proxy.anything):
+        with pytest.raises(ImportError) as again:
+            touch()
+        assert again.value is first.value, f"a later use raised {again.value!r}, not the import's {first.value!r}"
+    note = first.value.args[0]  # what the proxy added (an ImportError's str() is its msg, without the note)
+    assert f"An error occurred when import `{name}`" in note and "ERR00005" in note, note
