@@ -138,6 +138,11 @@ def test_the_npugraph_ex_entry_point_sets_up_dynamo_and_builds_its_backend_in_np
 
     recording = RecordingNpuGraphEx()
     monkeypatch.setattr(real, "get_npu_backend", recording.get_npu_backend)
+    # as before any first call: the package is in sys.modules (with the stand-in) but not yet an attribute of
+    # torch_npu.dynamo, so the backend finds it only through `import npugraph_ex` and the proxy
+    import torch_npu.dynamo
+
+    monkeypatch.delattr(torch_npu.dynamo, "npugraph_ex")
     first, _ = _models(torch)
     x = torch.randn(8)
     torch.testing.assert_close(torch.compile(first, backend=entry_function, fullgraph=True)(x), first(x))
