@@ -146,3 +146,30 @@ def test_a_lazy_proxy_whose_package_fails_to_import_raises_that_error_again_on_e
         assert again.value is first.value, f"a later use raised {again.value!r}, not the import's {first.value!r}"
     note = first.value.args[0]  # what the proxy added (an ImportError's str() is its msg, without the note)
     assert f"An error occurred when import `{name}`" in note and "ERR00005" in note, note
+
+
+@pytest.mark.parametrize("name", ["npugraph_ex", "torchair"])
+def test_a_proxy_binds_children_loaded_under_the_packages_real_name_and_skips_blocked_ones(npu_lazy, monkeypatch,
+                                                                                          name):
+    """The real package imports its children as ``torch_npu.dynamo.<name>.<child>``: those are bound to the proxy
+    too; an entry that is None in sys.modules (an import blocked on purpose) is bound to neither."""
+    import torch_npu.dynamo as npu_dynamo
+
+    proxy_type, real_attribute = {"npugraph_ex": (npu_dynamo._LazyNpuGraphEx, "_npugraph_ex"),
+                                  "torchair": (npu_dynamo._LazyTorchair, "_torchair")}[name]
+    package = types.ModuleType(f"torch_npu.dynamo.{name}")
+    package.__path__ = []
+    child = types.ModuleType(f"torch_npu.dynamo.{name}.core")
+    grandchild = types.ModuleType(f"torch_npu.dynamo.{name}.core.deep")
+    proxy = proxy_type(name)
+    setattr(proxy, real_attribute, package)
+    monkeypatch.setitem(sys.modules, package.__name__, package)
+    monkeypatch.setitem(sys.modules, child.__name__, child)
+    monkeypatch.setitem(sys.modules, grandchild.__name__, grandchild)
+    monkeypatch.setitem(sys.modules, f"{name}.blocked", None)
+
+    npu_dynamo._bind_lazy_submodules(proxy, package, name)
+    assert proxy.core is child and package.core is child, "a child loaded under the package's real name was not bound"
+    assert "deep" not in vars(proxy) and "deep" not in vars(package), "a grandchild was bound as a child"
+    assert "blocked" not in vars(proxy) and "blocked" not in vars(package), (
+        "an import blocked with None in sys.modules was bound as an attribute")
