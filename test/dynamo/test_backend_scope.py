@@ -476,3 +476,16 @@ def test_only_an_ascendc_scope_puts_the_deterministic_level_into_inductors_cache
     assert patched == (backend == "ascendc"), (
         f"after a {backend!r} scope the deterministic level is {'' if patched else 'not '}part of Inductor's cache "
         f"keys; it must be for ascendc only")
+
+
+@pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+@pytest.mark.parametrize("options", [None, {"enable_shape_handling": False}, {"max_autotune": False}],
+                         ids=["no-options", "shape-handling-off", "other-options"])
+def test_a_wrapper_without_shape_handling_leaves_dynamos_context_call_alone(npu_lazy, options):
+    """Shape handling wraps every Dynamo-compiled call: only a wrapper that asks for it may install it."""
+    import torch
+
+    npu_lazy.compile(lambda x: torch.sin(x) + 1, backend="inductor", options=options)
+    assert npu_lazy.ran(DYNAMO_SETUP)
+    assert not _shape_handling_installed(), (
+        f"torch.compile(backend='inductor', options={options!r}) installed NPU shape handling, which it did not ask for")
