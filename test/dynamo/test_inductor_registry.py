@@ -35,8 +35,9 @@ def test_registration_loads_npu_inductor_once_per_backend_chosen(npu_lazy, monke
 
     loads = []
     monkeypatch.setattr(sys.modules["torch_npu._inductor"], "_load_backend", lambda: loads.append(_env()))
+    # unset and "default" are one choice: going from one to the other loads nothing
     steps = [(None, []), ("dvm", ["dvm"]), ("dvm", ["dvm"]), ("default", ["dvm", "default"]),
-             ("default", ["dvm", "default"])]
+             ("default", ["dvm", "default"]), (None, ["dvm", "default"])]
     for value, expected in steps:
         if value is None:
             monkeypatch.delenv(VAR, raising=False)
