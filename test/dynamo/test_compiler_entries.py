@@ -65,6 +65,8 @@ def test_lazy_proxies_are_installed_by_import_and_import_nothing(npu_lazy):
     # end the message in that format, with this process's id
     assert re.search(rf"\n\[ERROR\] \S+ \(PID:{os.getpid()}, Device:-1, RankID:-1\) ERR00005 PTA internal error$",
                      str(excinfo.value)), str(excinfo.value)
+    with pytest.raises(AttributeError, match="before torchair is initialized"):
+        sys.modules["torchair"].get_npu_backend  # noqa: B018 - touching it is the test
     npu_lazy.assert_not_loaded("torch_npu.dynamo.npugraph_ex", "torch_npu.dynamo.torchair", *DEFERRED)
 
 

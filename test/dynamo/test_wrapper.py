@@ -45,3 +45,15 @@ def test_wrapper_with_triton_lacking_the_ascend_extension(npu_lazy):
     npu_lazy.compile(lambda x: x * 2, backend="inductor")
     assert not npu_lazy.ran(INDUCTOR_SETUP)
     npu_lazy.assert_not_loaded("torch_npu._inductor", "triton.language.extra.ascend", "triton.backends.ascend")
+
+
+@pytest.mark.parametrize("name", [None, "decoder_region"])
+def test_the_patched_wrapper_hands_torch_its_name_and_options(npu_lazy, name):
+    """torch.compile builds ``_TorchCompileInductorWrapper(mode, options, dynamic, name)``; torch_npu's __init__
+    wraps torch's and must pass everything on: the name (Inductor's compile region) and the options, as given."""
+    import torch
+
+    wrapper = torch._TorchCompileInductorWrapper("default", {"max_autotune": False}, None, name)
+    assert wrapper.name == name, f"the wrapper was built with name={name!r} and holds {wrapper.name!r}"
+    assert wrapper.config.get("max_autotune") is False and wrapper.dynamic is None, (wrapper.config, wrapper.dynamic)
+    assert npu_lazy.ran(DYNAMO_SETUP) and not npu_lazy.ran(INDUCTOR_SETUP)
