@@ -177,3 +177,26 @@ def test_a_proxy_binds_children_loaded_under_the_packages_real_name_and_skips_bl
     assert bound == {"proxy": {"core"}, "package": {"core"}}, (
         f"bound {bound}; expected the one child 'core' on both (not the grandchild, not the blocked import)")
     assert vars(proxy)["core"] is child and package.core is child
+
+
+@pytest.mark.parametrize("name", PROXIED)
+def test_importing_a_proxy_binds_the_loaded_children_to_the_proxy_and_the_package(npu_lazy, name):
+    """The real package's children load as ``<name>.<child>`` or ``torch_npu.dynamo.<name>.<child>``: after
+    ``import <name>`` each is an attribute of the proxy and of the real package, as a package's children are."""
+    from test_non_inductor_backends import torchair_state
+
+    state = torchair_state()
+    if state.state != "importable":
+        pytest.skip(f"needs torch_npu's bundled torchair and npugraph_ex to import: {state.why}")
+    package_name, _ = PROXIED[name]
+    exec(f"import {name}", {})
+    proxy, package = sys.modules[name], sys.modules[package_name]
+    children = {}
+    for prefix in (f"{name}.", f"{package_name}."):
+        children.update({module_name[len(prefix):]: module for module_name, module in list(sys.modules.items())
+                         if module is not None and module_name.startswith(prefix)
+                         and "." not in module_name[len(prefix):]})
+    assert children, f"importing {package_name} loaded no child module: nothing here to check"
+    unbound = sorted(child for child, module in children.items()
+                     if vars(proxy).get(child) is not module or vars(package).get(child) is not module)
+    assert not unbound, f"children of {package_name} not bound to both the proxy and the package: {unbound}"

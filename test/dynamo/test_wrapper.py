@@ -57,3 +57,17 @@ def test_the_patched_wrapper_hands_torch_its_name_and_options(npu_lazy, name):
     assert wrapper.name == name, f"the wrapper was built with name={name!r} and holds {wrapper.name!r}"
     assert wrapper.config.get("max_autotune") is False and wrapper.dynamic is None, (wrapper.config, wrapper.dynamic)
     assert npu_lazy.ran(DYNAMO_SETUP) and not npu_lazy.ran(INDUCTOR_SETUP)
+
+
+def test_the_wrappers_shape_handling_bookkeeping_ends_with_its_init(npu_lazy):
+    """torch_npu defers shape handling while torch's __init__ applies the options, with two attributes of its
+    own: both go when __init__ ends, so options applied later (``apply_options``) take effect at once."""
+    import torch
+    from test_backend_scope import _shape_handling_installed
+
+    wrapper = torch._TorchCompileInductorWrapper("default", None, None)
+    leftovers = sorted(name for name in vars(wrapper) if name.startswith("_npu"))
+    assert not leftovers, f"torch_npu's bookkeeping outlived the wrapper's __init__: {leftovers}"
+    assert not _shape_handling_installed()
+    wrapper.apply_options({"enable_shape_handling": True})
+    assert _shape_handling_installed(), "shape handling asked for after __init__ was deferred, and never installed"
