@@ -97,18 +97,15 @@ def _main(argv: list[str] | None) -> int:
         if args.resume or args.report_only:
             if not args.json or not args.json.exists():
                 raise ConfigError("--resume and --report-only read the run recorded in --json FILE; give an existing file")
-            data = json.loads(args.json.read_text())
-            recorded = {r["mutant"]["id"]: MutantResult.from_dict(r) for r in data["mutants"]}
-            earlier = data.get("provenance", {})
+            results, earlier = _read_record(args.json)
+            recorded = {r.mutant.id: r for r in results}
         if args.merge and not args.report_only:
             raise ConfigError("--merge adds other records to --json without running anything: use it with "
                               "--report-only")
         for other in args.merge:
             if not other.exists():
                 raise ConfigError(f"--merge {other}: no such file; name a record written with --json")
-            data = json.loads(other.read_text())
-            earlier = report.merge(recorded, earlier, [MutantResult.from_dict(r) for r in data["mutants"]],
-                                   data.get("provenance", {}))
+            earlier = report.merge(recorded, earlier, *_read_record(other))
         if args.report_only:
             if not args.markdown:
                 raise ConfigError("--report-only writes --markdown FILE; name one")
@@ -151,6 +148,12 @@ def _main(argv: list[str] | None) -> int:
     if args.expect == "recorded":
         return _compare_with_record(results, args.against)
     return 0
+
+
+def _read_record(path: Path) -> tuple[list[MutantResult], dict]:
+    """A record written with --json: its results and its provenance."""
+    data = json.loads(path.read_text())
+    return [MutantResult.from_dict(r) for r in data["mutants"]], data.get("provenance", {})
 
 
 def _compare_with_record(results, against: Path | None) -> int:

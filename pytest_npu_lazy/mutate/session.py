@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import operators
-from .config import Config, locate_source
+from .config import Config, ConfigError, locate_source
 from .hook import Plan
 from .runs import SuiteRun, become_subreaper, run_suite
 from .selection import CoverageMap, attribute, map_key
@@ -79,8 +79,6 @@ class MutationPass:
         self.tests = options.tests or (config.sample_tests if options.sample and config.sample_tests else config.tests)
         missing = [t for t in options.tests if not (config.root / t.split("::")[0]).exists()]
         if missing:
-            from .config import ConfigError
-
             raise ConfigError(f"--tests {', '.join(missing)}: no such file or folder under {config.root.name}/; "
                               "name test files or folders relative to the project root")
         self.catches: dict[str, int] = {}  #: how many mutants each test caught so far in this pass
@@ -92,21 +90,15 @@ class MutationPass:
         for module, functions in self.config.targets.items():
             unknown = operators.unknown_targets(self.sources[module], set(functions))
             if unknown:
-                from .config import ConfigError
-
-                raise ConfigError(f"{self.config.path}: [targets.\"{module}\"] names {', '.join(sorted(unknown))}, "
+                    raise ConfigError(f"{self.config.path}: [targets.\"{module}\"] names {', '.join(sorted(unknown))}, "
                                   f"which {module} does not define; fix or remove the names")
             mutants += operators.compilable(self.sources[module], module, set(functions), self._wanted)
         unknown = [name for name in self.options.functions if not any(_within(m, name) for m in mutants)]
         if unknown:
-            from .config import ConfigError
-
             raise ConfigError(f"--function {', '.join(unknown)}: no mutant of such a function among the targets "
                               f"of {self.config.path.name}; --list shows each mutant's function")
         missing = [w for w in self._patterns() if not any(m.id == w or m.id.startswith(w) for m in mutants)]
         if missing:
-            from .config import ConfigError
-
             raise ConfigError(f"no mutant matches {', '.join(missing)}; list them with --list")
         return mutants
 
