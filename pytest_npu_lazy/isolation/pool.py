@@ -210,14 +210,22 @@ class ZygotePool:
         for baseline in baselines:
             self._zygote(baseline, wait=False)
 
-    def _zygote(self, baseline: Baseline, wait: bool = True) -> ZygoteHandle:
+    def _zygote(self, baseline: Baseline, wait: bool = True, timeout: float | None = None) -> ZygoteHandle:
+        """The baseline's zygote, started if need be; with ``wait``, ready within ``timeout`` (the asking
+        test's timeout: a preload that hangs, say ``import torch_npu`` stuck in a lock, fails that test with a
+        report that says so, instead of holding the session for READY_TIMEOUT)."""
         zygote = self._zygotes.get(baseline)
         if zygote is None or zygote.dead:
             if zygote is not None:
                 zygote.close()
             zygote = self._zygotes[baseline] = self._start_zygote(baseline)
         if wait and not zygote.ready:
-            zygote.wait_ready()
+            try:
+                zygote.wait_ready(timeout or READY_TIMEOUT)
+            except ZygoteError as exc:
+                raise ZygoteError(f"{exc}: its preload of {', '.join(baseline.preload) or 'nothing'} did not finish "
+                                  "within the test's timeout (--npu-lazy-timeout); the next test waits for it "
+                                  "again") from None
             for text in zygote.warnings:
                 self._warn(text)
         return zygote
@@ -298,7 +306,7 @@ class ZygotePool:
             if key is None:
                 raise
             self.modules.give_up(key)  # it refused to fork or died: this module's tests collect themselves
-            key, child = None, self._zygote(settings.baseline).take_child()
+            key, child = None, self._zygote(settings.baseline, timeout=settings.timeout).take_child()
         if key is not None:
             self.modules.busy.add(key)
         send(child.channel, prepare_message(item, settings))
@@ -335,7 +343,7 @@ class ZygotePool:
 
     def _zygote_for(self, item, settings, wait: bool) -> ZygoteHandle:
         """The zygote to fork ``item``'s child from: its module zygote where one can serve, else its baseline's."""
-        base = self._zygote(settings.baseline)
+        base = self._zygote(settings.baseline, timeout=settings.timeout)
         key = module_key(item, settings) if self.modules.enabled else None
         if key is None or key in self.modules.unusable or base.error:
             return base

@@ -227,6 +227,38 @@ def test_preload_that_fails_errors_each_affected_test(run_pytest, pytester):
     assert "INTERNALERROR" not in run.text()
 
 
+def test_preload_that_hangs_errors_each_affected_test_within_its_timeout(run_pytest, pytester):
+    """``import torch_npu`` stuck in a lock (a run-once set-up waiting on itself) must not hold the session:
+    each test of that baseline errors at its own timeout, naming the preload, and no process is left."""
+    tag = str(uuid.uuid4())
+    pytester.makepyfile(stuck_dep="import threading\nthreading.Event().wait()\n", test_stuck="""
+        import pytest
+
+        @pytest.mark.npu_lazy(preload=["stuck_dep"], timeout=2)
+        @pytest.mark.parametrize("n", range(2))
+        def test_needs_stuck(n):
+            pass
+
+        @pytest.mark.npu_lazy(preload=[])
+        def test_other_baseline():
+            pass
+    """)
+    started = time.monotonic()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NPU_LAZY_LEAK_TAG", tag)
+        run = run_pytest(timeout=120)
+    assert time.monotonic() - started < 60, "the hung preload held the session"
+    assert run.outcomes == {"test_stuck.py::test_needs_stuck[0]": "error",
+                            "test_stuck.py::test_needs_stuck[1]": "error",
+                            "test_stuck.py::test_other_baseline": "passed"}, run.text()
+    message = run.report("test_needs_stuck[0]", "setup")["longrepr"]
+    assert "was not ready within 2 s: its preload of stuck_dep did not finish within the test's timeout" in message
+    deadline = time.monotonic() + 5
+    while _tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _tagged_processes(tag) == []
+
+
 def test_zygote_with_an_initialised_device_refuses_to_fork(run_pytest, pytester):
     pytester.makepyfile(fake_gpu_runtime="""
         import sys, types

@@ -10,7 +10,7 @@ import sys
 
 def _chain_to_the_next_sitecustomize() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
-    del sys.modules["sitecustomize"]
+    this = sys.modules.pop("sitecustomize", None)
     saved = sys.path[:]
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     try:
@@ -19,6 +19,10 @@ def _chain_to_the_next_sitecustomize() -> None:
         pass
     finally:
         sys.path[:] = saved
+        # the import system reads this name back once this file has run: put back this module where no other
+        # sitecustomize took its place (else Python prints "Error in sitecustomize: KeyError")
+        if this is not None:
+            sys.modules.setdefault("sitecustomize", this)
 
 
 try:
