@@ -253,8 +253,9 @@ def _shape_handling_installed() -> bool:
     return getattr(call, "__module__", None) == "torch_npu.utils._dynamo"
 
 
-def _record_mlir_wrapper_creation(npu_lazy, backend_env, monkeypatch):
-    """Create an Inductor wrapper for the mlir backend with shape handling; return (wrapper, events, error).
+def _record_mlir_wrapper_creation(npu_lazy, backend_env, monkeypatch, backend="mlir"):
+    """Create an Inductor wrapper for the mlir (or another) backend with shape handling; return (wrapper, events,
+    error).
 
     Registration and the Inductor set-up only record (the mlir backend needs
     torch_mlir); the shape-handling patch and the device query are real.
@@ -286,7 +287,7 @@ def _record_mlir_wrapper_creation(npu_lazy, backend_env, monkeypatch):
     error = None
     with backend_env.phase("wrap"):
         try:
-            wrapper.__init__(None, {"npu_backend": "mlir", "enable_shape_handling": True}, None)
+            wrapper.__init__(None, {"npu_backend": backend, "enable_shape_handling": True}, None)
         except RuntimeError as exc:
             error = exc
     return wrapper, events, error
@@ -319,6 +320,18 @@ def test_shape_handling_initializes_before_backend_selection(npu_lazy, backend_e
             f"without an NPU, current_device() in the mlir scope should fail with the device error; got {error!r}")
     assert wrapper.config["npu_backend"] == "mlir" and wrapper.config["enable_shape_handling"] is True, wrapper.config
     backend_env.assert_unchanged(None, "wrap", "the mlir wrapper was created (its scope exited)")
+
+
+@pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+def test_a_dvm_wrapper_selects_its_backend_when_it_is_created(npu_lazy, backend_env, monkeypatch):
+    """The dvm backend is registered and set up in its own scope as the wrapper is created (it needs no device
+    for that), after the Dynamo set-up and shape handling, and the variable is restored."""
+    wrapper, events, error = _record_mlir_wrapper_creation(npu_lazy, backend_env, monkeypatch, backend="dvm")
+    assert error is None, f"the dvm wrapper could not be created: {error!r}"
+    expected = [("shape_handling", None, True, False), ("register", "dvm", True, True),
+                ("inductor_setup", "dvm", True, True)]
+    assert events == expected, f"creating the dvm wrapper ran:\n  {events}\nexpected:\n  {expected}"
+    backend_env.assert_unchanged(None, "wrap", "the dvm wrapper was created (its scope exited)")
 
 
 @pytest.mark.requires_npu
@@ -489,3 +502,63 @@ def test_a_wrapper_without_shape_handling_leaves_dynamos_context_call_alone(npu_
     assert npu_lazy.ran(DYNAMO_SETUP)
     assert not _shape_handling_installed(), (
         f"torch.compile(backend='inductor', options={options!r}) installed NPU shape handling, which it did not ask for")
+
+
+@pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+def test_shape_handling_wraps_dynamos_context_once_and_again_after_a_failed_attempt(npu_lazy, monkeypatch):
+    """Every wrapper that asks for shape handling calls ``_patch_shape_handling``: Dynamo's context call must be
+    wrapped once (twice would run the shape handling twice per call), and an attempt that failed must not
+    count as done."""
+    import torch._dynamo.eval_frame as eval_frame
+    from torch_npu.utils import _dynamo as npu_dynamo
+
+    real_patch = npu_dynamo._patch_dynamo_context
+    attempts = []
+
+    def failing_once():
+        attempts.append(len(attempts))
+        if len(attempts) == 1:
+            raise RuntimeError("injected failure while wrapping Dynamo's context")
+        real_patch()
+
+    monkeypatch.setattr(npu_dynamo, "_patch_dynamo_context", failing_once)
+    original = eval_frame._TorchDynamoContext.__call__
+    with pytest.raises(RuntimeError, match="injected failure"):
+        npu_dynamo._patch_shape_handling()
+    assert eval_frame._TorchDynamoContext.__call__ is original
+    npu_dynamo._patch_shape_handling()
+    assert attempts == [0, 1], "after a failed attempt, shape handling was never installed"
+    wrapped = eval_frame._TorchDynamoContext.__call__
+    assert _shape_handling_installed() and wrapped is not original
+    npu_dynamo._patch_shape_handling()
+    assert eval_frame._TorchDynamoContext.__call__ is wrapped, "a second request wrapped Dynamo's context again"
+    assert attempts == [0, 1]
+
+
+@pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+@pytest.mark.parametrize("backend", ["ascendc", "default"])
+def test_only_an_ascendc_compile_guards_the_deterministic_level_while_dynamo_traces(npu_lazy, monkeypatch, backend):
+    """A graph compiled by AscendC depends on the NPU deterministic level: each compile under ascendc adds a guard
+    on it to the frame Dynamo is tracing (a later change of level recompiles); other backends add none.
+    Registration and the Inductor set-up are left out (the ascendc backend asks the device for its SoC);
+    Inductor then compiles the graph for the CPU."""
+    import torch
+    import torch._guards
+    import torch_npu.dynamo._deterministic_guard as deterministic_guard
+    from torch_npu.utils import _dynamo
+
+    monkeypatch.delenv(VAR, raising=False)
+    import torch_npu._inductor  # noqa: F401 - NPU Inductor for the default backend, before the recording
+
+    guards = []
+    monkeypatch.setattr(deterministic_guard, "install_npu_deterministic_level_guard",
+                        lambda: guards.append((os.environ.get(VAR), torch._guards.TracingContext.try_get() is not None)))
+    monkeypatch.setattr(_dynamo, "register_inductor_npu", lambda: None)
+    monkeypatch.setattr(_dynamo, "_lazy_inductor_setup", lambda: None)
+    compiled = torch.compile(lambda x: x * 2 + 1, backend="inductor", options={"npu_backend": backend})
+    x = torch.randn(4)
+    torch.testing.assert_close(compiled(x), x * 2 + 1)
+    expected = [("ascendc", True)] if backend == "ascendc" else []
+    assert guards == expected, (
+        f"compiling under {backend!r} installed the deterministic-level guard as (backend variable, while tracing) "
+        f"{guards}; expected {expected}")

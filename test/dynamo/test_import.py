@@ -37,6 +37,31 @@ def test_dynamo_post_import_trigger_is_installed(npu_lazy):
     npu_lazy.assert_not_loaded("torch._dynamo")
 
 
+def test_the_trigger_fires_once_and_leaves_sys_meta_path(npu_lazy):
+    """The first import of torch._dynamo after torch_npu sets Dynamo up, and the trigger then takes itself off
+    sys.meta_path: every later import in the process would otherwise pass through it."""
+    import torch_npu  # noqa: F401
+    from torch_npu.utils._dynamo import _DynamoPostImportFinder
+
+    with npu_lazy.phase("dynamo"):
+        import torch._dynamo  # noqa: F401
+    assert npu_lazy.ran(DYNAMO_SETUP)
+    left = [finder for finder in sys.meta_path if isinstance(finder, _DynamoPostImportFinder)]
+    assert not left, f"the Dynamo post-import trigger is still on sys.meta_path after it fired: {left}"
+
+
+@pytest.mark.parametrize("name", ["npugraph_ex", "torchair"])
+def test_a_module_of_that_name_imported_before_torch_npu_is_kept(npu_lazy, monkeypatch, name):
+    """torch_npu's lazy proxies take the top-level names ``npugraph_ex`` and ``torchair`` only where they are free:
+    a module the process imported under that name first stays what that name means."""
+    import types
+
+    theirs = types.ModuleType(name)
+    monkeypatch.setitem(sys.modules, name, theirs)
+    import torch_npu  # noqa: F401
+    assert sys.modules[name] is theirs, f"import torch_npu replaced sys.modules[{name!r}] with {sys.modules[name]!r}"
+
+
 def test_torch_compile_is_untouched_and_the_wrapper_patch_loads_nothing(npu_lazy):
     """torch.compile stays torch's own. The Inductor wrapper's __init__ *is* replaced at import:
     that replacement is the deferral mechanism, and it loads neither Dynamo nor Inductor."""

@@ -205,3 +205,22 @@ def test_the_dynamo_setup_installs_the_lazy_proxy_the_backends_import(npu_lazy, 
     assert isinstance(sys.modules.get(name), proxy_type), (
         f"after the Dynamo set-up sys.modules[{name!r}] is {sys.modules.get(name)!r}, not torch_npu's lazy proxy: "
         f"the backend's `import {name}` would fail")
+
+
+def test_a_torch_npu_without_its_bundled_torchair_installs_no_proxy_and_registers_the_eager_backend(
+        npu_lazy, monkeypatch, tmp_path):
+    """Whether torch_npu was built with torchair is read from its files (``torch_npu/dynamo/torchair``): without
+    them no ``torchair`` proxy is installed (an ``import torchair`` must fail as it would without torch_npu) and
+    the "npu" backend is the eager one; with them the proxy is installed."""
+    import torch_npu.dynamo as npu_dynamo
+
+    real_file = npu_dynamo.__file__
+    monkeypatch.delitem(sys.modules, "torchair", raising=False)
+    monkeypatch.setattr(npu_dynamo, "__file__", str(tmp_path / "__init__.py"))  # a torch_npu/dynamo without torchair
+    monkeypatch.setenv("TORCH_NPU_WARNING_DISABLE", "1")
+    assert npu_dynamo._install_lazy_torchair() is False
+    assert "torchair" not in sys.modules, f"a proxy for a torchair that is not there: {sys.modules['torchair']!r}"
+    assert npu_dynamo._get_default_backend("npu") is npu_dynamo._eager_npu_backend
+    monkeypatch.setattr(npu_dynamo, "__file__", real_file)
+    assert npu_dynamo._install_lazy_torchair() is True
+    assert isinstance(sys.modules.get("torchair"), npu_dynamo._LazyTorchair)
