@@ -60,9 +60,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 class Stopped(Exception):
     """SIGTERM or SIGHUP reached the pass: raised so the running suite's ``finally`` kills its process group."""
 
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
 
 def _stop_on_signal(signum, _frame):
-    raise Stopped(signal.Signals(signum).name)
+    raise Stopped(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +136,7 @@ def _main(argv: list[str] | None) -> int:
     except Stopped as stop:
         print(f"pytest_npu_lazy.mutate: stopped by {stop}; the record in --json holds every mutant finished "
               "(carry on with --resume)", file=sys.stderr)
-        return 128 + getattr(signal, str(stop)).value
+        return 128 + stop.signum
     prov = report.provenance(command.strip(), config.root, seconds + earlier.get("wall_seconds", 0), coverage,
                              earlier)
     if args.json:

@@ -18,6 +18,7 @@ import pytest
 from facts import DEFERRED, DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup
 from breakage import caught
 from regressions import mark_step_through_graph_trees
+from test_non_inductor_backends import skip_unless_torchair_imports
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
@@ -116,11 +117,7 @@ PROXIED = {"npugraph_ex": ("torch_npu.dynamo.npugraph_ex", "CompilerConfig"),
 def test_a_lazy_proxy_imports_its_package_on_import_and_then_answers_for_it(npu_lazy, name):
     """``import <name>`` asks the proxy for ``__spec__``: that, and nothing before it, imports the real package;
     from then on the proxy answers with the package's own attributes."""
-    from test_non_inductor_backends import torchair_state
-
-    state = torchair_state()
-    if state.state != "importable":
-        pytest.skip(f"needs torch_npu's bundled torchair and npugraph_ex to import: {state.why}")
+    skip_unless_torchair_imports("torchair and npugraph_ex")
     package_name, attribute = PROXIED[name]
     proxy = sys.modules[name]
     npu_lazy.assert_not_loaded(package_name)
@@ -183,11 +180,7 @@ def test_a_proxy_binds_children_loaded_under_the_packages_real_name_and_skips_bl
 def test_importing_a_proxy_binds_the_loaded_children_to_the_proxy_and_the_package(npu_lazy, name):
     """The real package's children load as ``<name>.<child>`` or ``torch_npu.dynamo.<name>.<child>``: after
     ``import <name>`` each is an attribute of the proxy and of the real package, as a package's children are."""
-    from test_non_inductor_backends import torchair_state
-
-    state = torchair_state()
-    if state.state != "importable":
-        pytest.skip(f"needs torch_npu's bundled torchair and npugraph_ex to import: {state.why}")
+    skip_unless_torchair_imports("torchair and npugraph_ex")
     package_name, _ = PROXIED[name]
     exec(f"import {name}", {})
     proxy, package = sys.modules[name], sys.modules[package_name]

@@ -175,3 +175,23 @@ def test_a_direct_import_of_npu_inductor_counts_as_the_registration(npu_lazy, mo
     monkeypatch.setattr(npu_inductor, "_load_backend", lambda: loads.append(os.environ.get(BACKEND)))
     _dynamo.register_inductor_npu()
     assert loads == [], f"the registration after a direct import loaded the backend again: {loads}"
+
+
+@pytest.mark.npu_lazy(preload=["torch"])
+def test_inductor_imported_before_torch_npu_still_gets_the_npu_has_triton(npu_lazy, monkeypatch):
+    """``import torch_npu`` patches ``torch.utils._triton.has_triton``, which Inductor modules imported later bind;
+    modules imported before torch_npu hold torch's own, and the default backend's loader must replace it there."""
+    from torch._inductor import compile_fx, scheduler  # Inductor first, as a user's own import may do
+
+    original = compile_fx.has_triton
+    import torch_npu  # noqa: F401
+    from torch._inductor.async_compile import AsyncCompile
+    from torch_npu.utils._dynamo import has_triton
+
+    assert original is not has_triton and compile_fx.has_triton is original, "nothing here for the loader to patch"
+    monkeypatch.setattr(AsyncCompile, "warm_pool", classmethod(lambda cls: None))
+    monkeypatch.delenv(BACKEND, raising=False)
+    import torch_npu._inductor  # noqa: F401
+
+    assert compile_fx.has_triton is has_triton and scheduler.has_triton is has_triton, (
+        "Inductor modules imported before torch_npu still use torch's has_triton after NPU Inductor loaded")

@@ -65,6 +65,13 @@ def torchair_state() -> Torchair:
     return Torchair("importable", f"torchair and the distributions it checks ({', '.join(needed)}) are installed")
 
 
+def skip_unless_torchair_imports(what: str = "torchair") -> None:
+    """Skip the calling test where torch_npu's bundled torchair (and npugraph_ex, built on it) cannot import."""
+    state = torchair_state()
+    if state.state != "importable":
+        pytest.skip(f"needs torch_npu's bundled {what} to import: {state.why}")
+
+
 def _model(torch):
     class SinPlusOne(torch.nn.Module):
         def forward(self, x):

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 from facts import needs_deferred_setup
-from test_non_inductor_backends import torchair_state
+from test_non_inductor_backends import skip_unless_torchair_imports
 
 pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
 
@@ -44,9 +44,7 @@ class RecordingTorchair:
 
 @pytest.fixture
 def torchair(monkeypatch):
-    state = torchair_state()
-    if state.state != "importable":
-        pytest.skip(f"needs torch_npu's bundled torchair to import: {state.why}")
+    skip_unless_torchair_imports()
     import torch_npu.dynamo.torchair as real
 
     recording = RecordingTorchair()
@@ -126,9 +124,7 @@ def test_the_npugraph_ex_entry_point_sets_up_dynamo_and_builds_its_backend_in_np
     and runs it."""
     import torch
 
-    state = torchair_state()
-    if state.state != "importable":
-        pytest.skip(f"needs torch_npu's bundled npugraph_ex (torchair) to import: {state.why}")
+    skip_unless_torchair_imports("npugraph_ex (torchair)")
     from importlib import metadata
 
     [entry] = [ep for ep in metadata.entry_points(group="torch_dynamo_backends") if ep.name == "npugraph_ex"]
