@@ -195,3 +195,34 @@ def test_inductor_imported_before_torch_npu_still_gets_the_npu_has_triton(npu_la
 
     assert compile_fx.has_triton is has_triton and scheduler.has_triton is has_triton, (
         "Inductor modules imported before torch_npu still use torch's has_triton after NPU Inductor loaded")
+
+
+def _from_torch_npu(function) -> bool:
+    return (getattr(function, "__module__", None) or "").startswith("torch_npu")
+
+
+def test_npu_meta_kernels_and_decompositions_replace_atens_on_the_import_not_before(npu_lazy, warm_ups):
+    """For aten ops whose NPU outputs differ in dtype or shape from the native ones, torch_npu's meta kernels and
+    decompositions replace aten's, so that an Inductor trace's fake tensors have the NPU's shapes; that happens
+    when ``torch_npu._inductor`` is imported (the first Inductor call), and ``import torch_npu`` leaves aten's."""
+    from torch._C import DispatchKey
+    from torch._decomp import decomposition_table, meta_table
+
+    before = {op: (op.py_kernels.get(DispatchKey.Meta), decomposition_table.get(op), meta_table.get(op))
+              for op in {*decomposition_table, *meta_table}}
+    import torch_npu._inductor  # noqa: F401
+    from torch_npu._inductor._npu_meta_registration import META_BLACKLIST, avoid_make_fallback_table, npu_meta_table
+
+    assert npu_meta_table, "torch_npu._inductor registered no NPU meta kernels: nothing to check"
+    early = sorted(str(op) for op in npu_meta_table if any(map(_from_torch_npu, before.get(op, ()))))
+    assert not early, f"import torch_npu, before any Inductor use, already replaced aten's meta functions of {early}"
+    missing = []
+    for op, fn in npu_meta_table.items():
+        if op.py_kernels.get(DispatchKey.Meta) is not fn:
+            missing.append(f"{op}: Meta kernel")
+        if op not in avoid_make_fallback_table and decomposition_table.get(op) is not fn:
+            missing.append(f"{op}: decomposition")
+        if op.name() not in META_BLACKLIST and meta_table.get(op) is not fn:
+            missing.append(f"{op}: meta_table")
+    assert not missing, (f"after importing torch_npu._inductor, {len(missing)} of aten's functions are not "
+                         f"torch_npu's NPU ones: {missing[:8]}")
