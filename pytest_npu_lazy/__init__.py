@@ -13,6 +13,7 @@ checks it):
 - :mod:`.cann`: the CANN host stub and the emulated NPU, active before torch loads;
 - :mod:`.probe`: what a test loaded, when and why; the ``npu_lazy`` fixture;
 - :mod:`.settings`: marker, command line, environment and ini, resolved once;
+- :mod:`.forks`: the fork-server engine (channel, serve loop, reaping) both front ends run on;
 - :mod:`.isolation` (a test in a clean interpreter), :mod:`.python_c`
   (``python -c`` at fork speed) and :mod:`.reports` (terminal, JSON, JUnit,
   budget, HTML, matrix), side by side;

@@ -130,7 +130,7 @@ def _end_with_controller() -> None:
     """
     import signal
 
-    from .isolation.processes import die_with_parent
+    from .forks.processes import die_with_parent
 
     die_with_parent(signal.SIGTERM)
     if os.getppid() == 1:  # the controller was already gone

@@ -24,8 +24,8 @@ from ..probe import state as probe
 from ..errors import NpuLazyError
 from .inherit import adopt_basetemp, private_capture, reset_signals, save_coverage
 from .outputs import ChildOutputs
-from .processes import set_title
-from .protocol import Channel, ChannelClosed, ProtocolError, send
+from ..forks.processes import set_title
+from ..forks.channel import Channel, ChannelClosed, ProtocolError, send
 from ..probe.device_calls import DEVICE_CALLS
 from ..probe.recorder import RECORDER
 from ..settings import TestSettings

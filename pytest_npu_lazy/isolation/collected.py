@@ -22,7 +22,7 @@ from .child import (ChildRelay, CollectionObserver, TestRun, become_forked_child
                     leave_pytest_roles, serve_test)
 from .inherit import adopt_basetemp, private_capture
 from .outputs import silence_terminal
-from .protocol import Channel
+from ..forks.channel import Channel
 from .target import Target, TargetError
 
 

@@ -20,12 +20,12 @@ from pytest import TestReport
 
 from .. import compat
 from ..errors import MarkerError, NpuLazyError
+from ..forks.channel import Accepts, Channel, ChannelClosed, ProtocolError, describe_status, send
+from ..forks.processes import kill_group
 from .outputs import add_junit_extras, show_terminal_text
-from .processes import kill_group
 from .progress import RUNNER_PHASE_OF, PhaseProgress
 from . import messages
 from .outputs import record_warning, record_warning_text
-from .protocol import Channel, ChannelClosed, ProtocolError, describe_status, report_from_data, send
 from ..settings import Resolver, TestSettings
 
 #: How long a child may take to report its exit status after its socket closed.
@@ -177,7 +177,7 @@ class ChildRun:
                 self._timed_out()
                 return
             try:
-                message, fds = messages.FROM_CHILD.receive(channel, remaining)
+                message, fds = Accepts.handled_by(self, *messages.ALL).receive(channel, remaining)
             except ProtocolError as exc:
                 kill_group(self.child.pgid, signal.SIGKILL)
                 self.internal_error = (self.internal_error or "") + f"the pytest process could not read the child: {exc}\n"
@@ -188,33 +188,41 @@ class ChildRun:
                 return
             if message is None:
                 continue
-            if self._handle(message, fds):
+            if Accepts.dispatch(self, message, fds):
                 return
 
-    def _handle(self, message, fds: list[int]) -> bool:
-        """One message from the child; True at its last."""
-        if isinstance(message, messages.Report):
-            self._log(report_from_data(self.config, message.data))
-        elif isinstance(message, messages.Phase):
-            self.progress.update(message)
-        elif isinstance(message, messages.WarningRecorded):
-            record_warning(self.config, deserialize_warning(message.warning), nodeid=message.nodeid,
-                           when=message.when, location=tuple(message.location) if message.location else None)
-        elif isinstance(message, messages.Terminal):
-            show_terminal_text(self.config, message.text)
-        elif isinstance(message, messages.Junit):
-            self.junit_extras = message
-        elif isinstance(message, messages.Files):
-            self.files = dict(zip(message.names, fds))
-        elif isinstance(message, messages.NotRun):
-            self._finish_with(message.text, error=message.error)
-        elif isinstance(message, messages.Interrupted):
-            self._interrupt(message)
-        elif isinstance(message, messages.InternalError):
-            self.internal_error = message.text
-        elif isinstance(message, messages.Finished):
-            return True
-        return False
+    # -- the child's messages, one handler each (the accepted set is derived from them); True at the last --
+
+    def on_report(self, message: messages.Report, fds) -> None:
+        self._log(report_from_data(self.config, message.data))
+
+    def on_phase(self, message: messages.Phase, fds) -> None:
+        self.progress.update(message)
+
+    def on_warning(self, message: messages.WarningRecorded, fds) -> None:
+        record_warning(self.config, deserialize_warning(message.warning), nodeid=message.nodeid,
+                       when=message.when, location=tuple(message.location) if message.location else None)
+
+    def on_terminal(self, message: messages.Terminal, fds) -> None:
+        show_terminal_text(self.config, message.text)
+
+    def on_junit(self, message: messages.Junit, fds) -> None:
+        self.junit_extras = message
+
+    def on_files(self, message: messages.Files, fds: list[int]) -> None:
+        self.files = dict(zip(message.names, fds))
+
+    def on_not_run(self, message: messages.NotRun, fds) -> None:
+        self._finish_with(message.text, error=message.error)
+
+    def on_interrupted(self, message: messages.Interrupted, fds) -> None:
+        self._interrupt(message)
+
+    def on_internal_error(self, message: messages.InternalError, fds) -> None:
+        self.internal_error = message.text
+
+    def on_finished(self, message: messages.Finished, fds) -> bool:
+        return True
 
     def _log(self, report: TestReport) -> None:
         self.phases_reported[report.when] = report.outcome
@@ -340,3 +348,14 @@ def deserialize_warning(data: dict[str, Any]) -> warnings.WarningMessage:
     if (data["category"] and category.__name__ != data["category"][0][1]):
         category = type(data["category"][0][1], (category,), {"__module__": data["category"][0][0]})
     return warnings.WarningMessage(category(data["message"]), category, data["filename"], data["lineno"])
+
+
+def report_from_data(config, data: dict[str, Any]):
+    """pytest's own deserialisation, after restoring the tuples JSON turned into lists."""
+    if isinstance(data.get("longrepr"), list):
+        data["longrepr"] = tuple(data["longrepr"])  # a skip: (path, lineno, reason)
+    if isinstance(data.get("location"), list):
+        data["location"] = tuple(data["location"])
+    data["sections"] = [tuple(section) for section in data.get("sections", [])]
+    data["user_properties"] = [tuple(prop) for prop in data.get("user_properties", [])]
+    return config.hook.pytest_report_from_serializable(config=config, data=data)

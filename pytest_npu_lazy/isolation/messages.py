@@ -1,8 +1,11 @@
 """Every message of isolation, in one place: the pytest process, the root zygote, zygotes and test children.
 
-Each message is a frozen dataclass sent with :func:`.protocol.send`; each
-receiving end names what it accepts (the ``*_ACCEPTS`` sets below) and
-gets the dataclass back, or a ProtocolError for anything else. Payloads
+Each message is a frozen dataclass sent with :func:`pytest_npu_lazy.forks.channel.send`. A
+receiving end that dispatches has one ``on_<kind>`` handler per kind it
+accepts, and accepts exactly those (a server, the pool's view of a zygote,
+a test's controller); one that waits for a fixed order names it
+(:data:`CHILD_ACCEPTS`, :data:`FROM_ROOT`). Either gets the dataclass back,
+or a ProtocolError for anything else. Payloads
 are plain data (JSON); settings and targets travel as their ``to_dict()``
 and are rebuilt with ``from_dict()``. Descriptors that travel with a
 message are listed in its docstring.
@@ -32,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
-from .protocol import Accepts
+from ..forks.channel import Accepts
 
 #: the descriptor of a spawned child's channel, in its environment (a fresh ``python -m pytest``)
 CHILD_FD_ENV = "PYTEST_NPU_LAZY_CHILD_FD"
@@ -232,10 +235,13 @@ class Finished:
     KIND: ClassVar[str] = "finished"
 
 
-ROOT_ACCEPTS = Accepts(StartZygote, Shutdown)
+#: every message of isolation: an endpoint that dispatches by kind accepts those it has ``on_<kind>`` handlers
+#: for (:meth:`~pytest_npu_lazy.forks.channel.Accepts.handled_by`): the zygote servers, the pool's view of a
+#: zygote, the controller of a test child
+ALL = (StartZygote, ZygoteStarted, ChildExited, Shutdown, ForkChild, StartModuleZygote, Ready, ChildForked,
+       ForkRefused, Prepare, Run, Files, Phase, Report, WarningRecorded, Terminal, Junit, NotRun, InternalError,
+       Interrupted, Finished)
+#: what the pytest process reads from the root: it waits for one of them at a time (a zygote's start or exit)
 FROM_ROOT = Accepts(ZygoteStarted, ChildExited)
-ZYGOTE_ACCEPTS = Accepts(ForkChild, StartModuleZygote, Shutdown)
-FROM_ZYGOTE = Accepts(Ready, ChildForked, ZygoteStarted, ForkRefused, ChildExited)
+#: what a test child reads, in this order: its item, then the go-ahead
 CHILD_ACCEPTS = Accepts(Prepare, Run)
-FROM_CHILD = Accepts(Files, Phase, Report, WarningRecorded, Terminal, Junit, NotRun, InternalError,
-                     Interrupted, Finished)

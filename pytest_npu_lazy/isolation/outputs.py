@@ -29,7 +29,7 @@ import pytest
 
 from .. import compat
 from .messages import Junit, Terminal
-from .protocol import send
+from ..forks.channel import send
 
 
 def _xml(config: pytest.Config):

@@ -22,11 +22,12 @@ from typing import Callable
 
 from ..errors import ZygoteError
 from ..settings import Baseline
+from ..forks.channel import Accepts, Channel, ChannelClosed, ProtocolError, describe_status, send
+from ..forks.processes import kill_group
+from ..forks.server import run_forked
 from . import messages
 from .outputs import record_warning_text
-from .processes import kill_group
-from .protocol import Channel, ChannelClosed, ProtocolError, describe_status, send
-from .server import run_forked, serve_root
+from .server import serve_root
 from .module_zygotes import ModuleZygotes, module_key, module_target
 from .target import prepare_message
 
@@ -85,33 +86,37 @@ class ZygoteHandle:
     def label(self) -> str:
         return self.what or self.baseline.label
 
-    def _handle(self, message, fds: list[int]) -> ChildHandle | None:
-        if isinstance(message, messages.Ready):
-            self.ready, self.error = True, message.error
-            self.warnings = list(message.warnings)
-            if message.output.strip():
-                self.warnings.append(f"the zygote's preload {list(self.baseline.preload)} printed:\n"
-                                     + message.output.rstrip())
-        elif isinstance(message, messages.ChildExited):
-            self.exited[message.pid] = message.status
-        elif isinstance(message, messages.ZygoteStarted):
-            self.started[message.key] = (message.pid, fds[0])
-        elif isinstance(message, messages.ChildForked):
-            self.fork_requested = False
-            return ChildHandle(message.pid, Channel(_socket_from_fd(fds[0])), self)
-        elif isinstance(message, messages.ForkRefused):
-            self.fork_requested = False
-            raise ZygoteError(f"the zygote ({self.label}) refused to fork: {message.reason}")
-        return None
+    # -- the zygote's messages, one handler each (the accepted set is derived from them) -------------------
+
+    def on_ready(self, message: messages.Ready, fds) -> None:
+        self.ready, self.error = True, message.error
+        self.warnings = list(message.warnings)
+        if message.output.strip():
+            self.warnings.append(f"the zygote's preload {list(self.baseline.preload)} printed:\n"
+                                 + message.output.rstrip())
+
+    def on_child_exited(self, message: messages.ChildExited, fds) -> None:
+        self.exited[message.pid] = message.status
+
+    def on_zygote_started(self, message: messages.ZygoteStarted, fds: list[int]) -> None:
+        self.started[message.key] = (message.pid, fds[0])
+
+    def on_child_forked(self, message: messages.ChildForked, fds: list[int]) -> ChildHandle:
+        self.fork_requested = False
+        return ChildHandle(message.pid, Channel(_socket_from_fd(fds[0])), self)
+
+    def on_fork_refused(self, message: messages.ForkRefused, fds) -> None:
+        self.fork_requested = False
+        raise ZygoteError(f"the zygote ({self.label}) refused to fork: {message.reason}")
 
     def _pump(self, timeout: float | None) -> ChildHandle | None:
         try:
-            message, fds = messages.FROM_ZYGOTE.receive(self.channel, timeout)
+            message, fds = Accepts.handled_by(self, *messages.ALL).receive(self.channel, timeout)
         except ChannelClosed as exc:  # a ProtocolError too: nothing it says can be trusted after that
             self.dead = True
             why = f": {exc}" if isinstance(exc, ProtocolError) else ""
             raise ZygoteError(f"the zygote (pid {self.pid}, {self.label}) died{why}") from None
-        return None if message is None else self._handle(message, fds)
+        return None if message is None else Accepts.dispatch(self, message, fds)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from .processes import kill_group
+from ..forks.processes import kill_group
 from .messages import CHILD_FD_ENV
-from .protocol import Channel, send
+from ..forks.channel import Channel, send
 from ..settings import TestSettings
 from .target import Target, prepare_message
 

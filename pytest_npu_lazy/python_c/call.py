@@ -28,7 +28,7 @@ from typing import Sequence
 from . import env as pyenv, pool as pypool
 from . import messages
 from ..errors import RunPythonError
-from ..isolation.protocol import Channel, ChannelClosed
+from ..forks.channel import Channel, ChannelClosed
 
 #: how long a killed child may take to be reported reaped
 KILL_WAIT = 10.0
@@ -267,7 +267,7 @@ class _Call:
     def _from_zygote(self, channel: Channel, selector) -> None:
         while True:
             try:
-                message, _ = messages.receive(channel, timeout=0)
+                message, _ = messages.FROM_CALL.receive(channel, timeout=0)
             except ChannelClosed:
                 selector.unregister(channel.sock)
                 if self.exited is None:
@@ -275,8 +275,7 @@ class _Call:
                 return
             if message is None:
                 return
-            if isinstance(message, messages.Exited):
-                self.exited = message
+            self.exited = message  # Exited: all a call's socket carries from the zygote
 
     def _kill(self, channel: Channel) -> None:
         """Have the zygote kill the child's group, then wait until it reports the child reaped."""
@@ -287,10 +286,10 @@ class _Call:
         deadline = time.monotonic() + KILL_WAIT
         while self.exited is None and time.monotonic() < deadline:
             try:
-                message, _ = messages.receive(channel, timeout=deadline - time.monotonic())
+                message, _ = messages.FROM_CALL.receive(channel, timeout=deadline - time.monotonic())
             except ChannelClosed:
                 return
-            if isinstance(message, messages.Exited):
+            if message is not None:  # Exited: all a call's socket carries from the zygote
                 self.exited = message
 
     def _so_far(self, name: str) -> bytes | None:

@@ -27,7 +27,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..isolation.processes import die_with_parent, libc
+from ..forks.processes import die_with_parent, libc
 from .messages import Run, SetupOutcome
 
 _STREAMS = ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w"))

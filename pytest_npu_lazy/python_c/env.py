@@ -109,7 +109,7 @@ def inherited() -> dict[str, str]:
     and COLUMNS), and ``subprocess.run(env=None)`` passes it on as it is.
     """
     try:
-        from ..isolation.processes import libc
+        from ..forks.processes import libc
 
         entries = ctypes.POINTER(ctypes.c_char_p).in_dll(libc(), "environ")
         found: dict[str, str] = {}

@@ -1,7 +1,7 @@
 """Typed messages between run_python's caller, its zygote and the zygote's children.
 
 Each message is a frozen dataclass; it travels as a
-:mod:`pytest_npu_lazy.isolation.protocol` frame whose kind is the class's
+:mod:`pytest_npu_lazy.forks.channel` frame whose kind is the class's
 ``KIND`` and whose payload is its fields. The receiving side gets the
 dataclass back, never text to parse.
 
@@ -22,7 +22,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar, Optional
 
-from ..isolation.protocol import Accepts, send  # noqa: F401 - send is this module's API too
+from ..forks.channel import Accepts, send  # noqa: F401 - send is this module's API too
 
 #: the order of the descriptors that travel with a Run message
 RUN_FDS = ("call", "cwd", "stdout", "stderr", "stdin")
@@ -95,6 +95,10 @@ class Exited:
         return SetupOutcome(**self.setup) if self.setup else None
 
 
-#: every message of run_python's channels; each end gets only what it expects, or a ProtocolError
-ACCEPTS = Accepts(Run, Shutdown, Ready, Kill, Exited)
-receive = ACCEPTS.receive
+#: every message of run_python's control channel; the zygote accepts those it has ``on_<kind>`` handlers for
+ALL = (Run, Shutdown, Ready)
+#: what the caller reads from the zygote: Ready on the control channel
+FROM_ZYGOTE = Accepts(Ready)
+#: what a call's socket carries each way: the caller may say Kill; the zygote says how the child exited
+FROM_CALLER = Accepts(Kill)
+FROM_CALL = Accepts(Exited)

@@ -34,8 +34,8 @@ from pathlib import Path
 from . import env as pyenv
 from . import messages
 from ..errors import NpuLazyWarning, RunPythonError
-from ..isolation.processes import kill_group
-from ..isolation.protocol import Channel, ChannelClosed, describe_status
+from ..forks.processes import kill_group
+from ..forks.channel import Channel, ChannelClosed, describe_status
 
 BOOT = Path(__file__).with_name("boot.py")
 PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)  # the top package: boot.py loads it under an alias
@@ -130,7 +130,7 @@ def _start(preload: tuple[str, ...], env: dict[str, str], directory: str) -> Zyg
 def _wait_ready(zygote: Zygote, err) -> tuple[messages.Ready | None, str | None]:
     label = f"the run_python zygote for preload {list(zygote.preload)}"
     try:
-        ready, _ = messages.receive(zygote.control, READY_TIMEOUT)
+        ready, _ = messages.FROM_ZYGOTE.receive(zygote.control, READY_TIMEOUT)
     except ChannelClosed:
         zygote.process.wait()
         err.seek(0)

@@ -120,7 +120,7 @@ def test_no_module_over_the_limit():
 #:   (ProbeState.for_settings), never as an import.
 #: - settings: the one owner of configuration (ini, env, command line, marker -> TestSettings); it takes the
 #:   default watch list from the probe and the CANN modes from cann.
-#: - forks: the fork-server engine both front ends share (channel, serve loop, reaping), where it exists.
+#: - forks: the fork-server engine both front ends share (channel, serve loop, reaping).
 #: - reports, isolation, python_c: the two front ends and the reports, side by side; see SIBLINGS_APART.
 #: - plugin: the pytest hooks, wiring everything below to pytest.
 #: - the package itself: its __init__ names the public API (NpuLazy, run_python) and loads it on first use,
@@ -138,14 +138,12 @@ LAYERS = (
 )
 
 #: Parts of one layer that must not import each other: results reach the reports as report data, never
-#: through the front ends' code, and the two front ends share only the fork engine. Until that engine has
-#: moved to forks/, run_python takes it from isolation's protocol and processes modules, and nothing else.
+#: through the front ends' code, and the two front ends share only the fork engine (forks/).
 SIBLINGS_APART = {
     "reports": ("isolation", "python_c", "forks"),
     "isolation": ("reports", "python_c"),
     "python_c": ("reports", "isolation"),
 }
-FORK_ENGINE_IN_ISOLATION = ("isolation.protocol", "isolation.processes")
 
 
 def _part(module: str) -> str:
@@ -164,8 +162,7 @@ def _arrows_back_up(graph: dict[str, set[str]]) -> list[str]:
         for target in targets:
             if rank[_part(target)] > rank[_part(name)]:
                 broken.append(f"{name} ({LAYERS[rank[_part(name)]][0]}) -> {target} ({LAYERS[rank[_part(target)]][0]})")
-            elif (_part(name) in SIBLINGS_APART and _within(target, SIBLINGS_APART[_part(name)])
-                  and not (_part(name) == "python_c" and _within(target, FORK_ENGINE_IN_ISOLATION))):
+            elif _part(name) in SIBLINGS_APART and _within(target, SIBLINGS_APART[_part(name)]):
                 broken.append(f"{name} -> {target} (siblings kept apart)")
     return sorted(broken)
 
@@ -186,11 +183,14 @@ def test_the_layer_check_finds_an_arrow_back_up(tmp_path):
     graph = {"pytest_npu_lazy.settings": {"pytest_npu_lazy.reports.schema"},
              "pytest_npu_lazy.probe.state": {"pytest_npu_lazy.isolation.child"},
              "pytest_npu_lazy.reports.reporter": {"pytest_npu_lazy.isolation.messages"},
-             "pytest_npu_lazy.python_c.call": {"pytest_npu_lazy.isolation.protocol"},
+             "pytest_npu_lazy.python_c.call": {"pytest_npu_lazy.isolation.pool"},
+             "pytest_npu_lazy.forks.server": {"pytest_npu_lazy.isolation.messages"},
              "pytest_npu_lazy.reports.schema": set(), "pytest_npu_lazy.isolation.child": set(),
-             "pytest_npu_lazy.isolation.messages": set(), "pytest_npu_lazy.isolation.protocol": set()}
+             "pytest_npu_lazy.isolation.messages": set(), "pytest_npu_lazy.isolation.pool": set()}
     assert _arrows_back_up(graph) == [
+        "pytest_npu_lazy.forks.server (forks) -> pytest_npu_lazy.isolation.messages (front ends and reports)",
         "pytest_npu_lazy.probe.state (probe) -> pytest_npu_lazy.isolation.child (front ends and reports)",
+        "pytest_npu_lazy.python_c.call -> pytest_npu_lazy.isolation.pool (siblings kept apart)",
         "pytest_npu_lazy.reports.reporter -> pytest_npu_lazy.isolation.messages (siblings kept apart)",
         "pytest_npu_lazy.settings (settings) -> pytest_npu_lazy.reports.schema (front ends and reports)",
     ]
@@ -237,7 +237,7 @@ def test_plugin_imports_no_torch_at_load(module):
 
 #: packages whose docstring names every module in them (isolation's and python_c's follow their split into
 #: the fork engine and the pytest / zygote / child sides)
-DOCUMENTED_PACKAGES = ("", "probe", "reports", "cann")
+DOCUMENTED_PACKAGES = ("", "probe", "reports", "cann", "forks", "isolation", "python_c")
 
 
 @pytest.mark.parametrize("package", DOCUMENTED_PACKAGES, ids=lambda p: p or "pytest_npu_lazy")

@@ -1,4 +1,4 @@
-"""The isolation protocol: every message typed once, and an unknown one refused loudly, never dropped."""
+"""The fork engine's channel: every message typed once, and an unknown one refused loudly, never dropped."""
 
 from __future__ import annotations
 
@@ -8,11 +8,27 @@ import os
 import pytest
 
 from pytest_npu_lazy.isolation import messages
-from pytest_npu_lazy.isolation.protocol import Accepts, Channel, ProtocolError, send
+from pytest_npu_lazy.forks.channel import Accepts, Channel, ProtocolError, send
 
 ALL = [cls for cls in vars(messages).values()
        if isinstance(cls, type) and dataclasses.is_dataclass(cls) and hasattr(cls, "KIND")]
-ACCEPTING = {name: value for name, value in vars(messages).items() if isinstance(value, Accepts)}
+#: the readers that wait for a fixed order instead of dispatching
+FIXED_ORDER = {name: value for name, value in vars(messages).items() if isinstance(value, Accepts)}
+
+
+def _endpoints():
+    """Every endpoint that dispatches isolation's messages by kind, with what it must accept (messages.py's
+    docstring, by direction)."""
+    from pytest_npu_lazy.isolation.controller import ChildRun
+    from pytest_npu_lazy.isolation.pool import ZygoteHandle
+    from pytest_npu_lazy.isolation.server import ModuleZygoteServer, RootServer, ZygoteServer
+
+    return {RootServer: {"start_zygote", "shutdown"},
+            ZygoteServer: {"fork_child", "start_module_zygote", "shutdown"},
+            ModuleZygoteServer: {"fork_child", "shutdown"},
+            ZygoteHandle: {"ready", "child_exited", "zygote_started", "child_forked", "fork_refused"},
+            ChildRun: {"files", "phase", "report", "warning", "terminal", "junit", "not_run", "internal_error",
+                       "interrupted", "finished"}}
 
 
 def _example(cls):
@@ -44,8 +60,43 @@ def test_every_message_round_trips(pair, cls):
 def test_kinds_are_unique_and_every_kind_is_accepted_somewhere():
     kinds = [cls.KIND for cls in ALL]
     assert len(kinds) == len(set(kinds))
-    accepted = {kind for accepts in ACCEPTING.values() for kind in accepts.types}
+    assert set(messages.ALL) == set(ALL), "messages.ALL is every message of the module"
+    accepted = {kind for accepts in FIXED_ORDER.values() for kind in accepts.types}
+    accepted |= {kind for endpoint in _endpoints() for kind in Accepts.handled_by(endpoint, *messages.ALL).types}
     assert accepted == set(kinds)
+
+
+@pytest.mark.parametrize("endpoint", list(_endpoints()), ids=lambda cls: cls.__name__)
+def test_each_endpoint_accepts_exactly_the_kinds_it_has_handlers_for(endpoint):
+    assert set(Accepts.handled_by(endpoint, *messages.ALL).types) == _endpoints()[endpoint]
+
+
+def test_run_pythons_zygote_accepts_run_and_shutdown_and_nothing_else():
+    from pytest_npu_lazy.python_c import messages as python_c_messages
+    from pytest_npu_lazy.python_c.zygote import ZygoteServer
+
+    assert set(Accepts.handled_by(ZygoteServer, *python_c_messages.ALL).types) == {"run", "shutdown"}
+
+
+def test_a_handler_for_no_known_message_is_refused_by_name():
+    """A renamed message, or a typo, leaves a handler that nothing would call: deriving the set says so."""
+    class Endpoint:
+        def on_ready(self, message, fds): ...
+
+        def on_raedy(self, message, fds): ...
+
+    with pytest.raises(TypeError, match=r"Endpoint has handlers for no message it may receive: \['on_raedy'\]"):
+        Accepts.handled_by(Endpoint, *messages.ALL)
+
+
+def test_a_message_without_a_handler_is_refused_as_unexpected(pair):
+    """A module zygote has no on_start_module_zygote: the message is a ProtocolError, never dropped."""
+    from pytest_npu_lazy.isolation.server import ModuleZygoteServer
+
+    ours, theirs = pair
+    send(ours, messages.StartModuleZygote("key", {}, {}))
+    with pytest.raises(ProtocolError, match="unexpected message 'start_module_zygote'; this end accepts"):
+        Accepts.handled_by(ModuleZygoteServer, *messages.ALL).receive(theirs, timeout=5)
 
 
 def test_the_docstring_names_every_message():

@@ -10,8 +10,11 @@ and whose fields are its payload (:func:`send`); the receiver names the
 kinds it accepts (:class:`Accepts`) and gets the dataclass back. A kind or
 a field it does not know raises :class:`ProtocolError`, as pytest-xdist's
 controller does for an unknown event: a message is never dropped unread.
-The isolation's messages are in :mod:`.messages`, run_python's in
-:mod:`pytest_npu_lazy.python_c.messages`.
+An endpoint that serves a channel binds each kind to an ``on_<kind>``
+method, and what it accepts is derived from those methods
+(:meth:`Accepts.handled_by`), so the two cannot drift apart.
+The isolation's messages are in :mod:`pytest_npu_lazy.isolation.messages`,
+run_python's in :mod:`pytest_npu_lazy.python_c.messages`.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any, NamedTuple
 
 _HEADER = struct.Struct("!II")  # payload length, number of fds
 _MAX_FDS = 16
+_HANDLED: dict[tuple[type, tuple[type, ...]], "Accepts"] = {}  # what an endpoint class accepts, derived once
 
 
 class Message(NamedTuple):
@@ -132,6 +136,37 @@ class Accepts:
     def __init__(self, *types: type) -> None:
         self.types = {cls.KIND: cls for cls in types}
 
+    @classmethod
+    def handled_by(cls, endpoint: object, *types: type) -> "Accepts":
+        """The kinds among ``types`` that ``endpoint`` (an instance or its class) has an ``on_<kind>`` method
+        for, and only those; derived once per class.
+
+        Every ``on_`` method is a message handler (an endpoint names its other
+        events otherwise). A handler whose kind is none of ``types`` is a typo
+        or a message that no longer exists: it raises TypeError the first time
+        the set is derived, not later, as a message that never comes.
+        """
+        endpoint_class = endpoint if isinstance(endpoint, type) else type(endpoint)
+        key = (endpoint_class, types)
+        if key not in _HANDLED:
+            _HANDLED[key] = cls._derive(endpoint_class, types)
+        return _HANDLED[key]
+
+    @classmethod
+    def _derive(cls, endpoint: type, types: tuple[type, ...]) -> "Accepts":
+        kinds = {message.KIND for message in types}
+        stray = sorted(name for name in dir(endpoint)
+                       if name.startswith("on_") and name[3:] not in kinds)
+        if stray:
+            raise TypeError(f"{endpoint.__name__} has handlers for no message it may receive: {stray}; "
+                            f"the kinds it may receive are {sorted(kinds)}")
+        return cls(*(message for message in types if callable(getattr(endpoint, "on_" + message.KIND, None))))
+
+    @staticmethod
+    def dispatch(endpoint: object, message: Any, fds: list[int]) -> Any:
+        """Call the endpoint's handler for this message: ``on_<kind>(message, fds)``."""
+        return getattr(endpoint, "on_" + message.KIND)(message, fds)
+
     def receive(self, channel: Channel, timeout: float | None = None) -> tuple[Any, list[int]]:
         """The next message as its dataclass, with the descriptors it carried: ``(message, fds)``.
 
@@ -182,14 +217,3 @@ def describe_status(status: int | None) -> str:
     if os.WIFEXITED(status):
         return f"exit status {os.WEXITSTATUS(status)}"
     return f"wait status {status}"
-
-
-def report_from_data(config, data: dict[str, Any]):
-    """pytest's own deserialisation, after restoring the tuples JSON turned into lists."""
-    if isinstance(data.get("longrepr"), list):
-        data["longrepr"] = tuple(data["longrepr"])  # a skip: (path, lineno, reason)
-    if isinstance(data.get("location"), list):
-        data["location"] = tuple(data["location"])
-    data["sections"] = [tuple(section) for section in data.get("sections", [])]
-    data["user_properties"] = [tuple(prop) for prop in data.get("user_properties", [])]
-    return config.hook.pytest_report_from_serializable(config=config, data=data)
