@@ -64,6 +64,7 @@ class Channel:
         self._fds: deque[int] = deque()
         self._pending: deque[Message] = deque()
         self._send_lock = threading.Lock()  # a child's log lines may come from any thread
+        self._held: bytearray | None = None  # frames kept for one write, once hold() was called
 
     @classmethod
     def pair(cls) -> tuple["Channel", "Channel"]:
@@ -78,10 +79,33 @@ class Channel:
         frame = _HEADER.pack(len(body), len(fds)) + body
         with self._send_lock:
             if fds:
+                self._flush_held()  # in order: what was held goes first
                 socket.send_fds(self.sock, [frame[:1]], list(fds))
                 self.sock.sendall(frame[1:])
+            elif self._held is not None:
+                self._held += frame
             else:
                 self.sock.sendall(frame)
+
+    def hold(self) -> None:
+        """From now on keep what is sent until :meth:`release`: several messages in one write, one wake-up
+        of the reader. A sender holds only while its own code runs, and releases before code that could
+        crash, hang or be killed runs (a test child: around its test's own code)."""
+        with self._send_lock:
+            if self._held is None:
+                self._held = bytearray()
+
+    def release(self) -> None:
+        """Write everything held, in the order it was sent, and send at once from now on."""
+        with self._send_lock:
+            self._flush_held()
+            self._held = None
+
+    def _flush_held(self) -> None:
+        if self._held:
+            data = bytes(self._held)
+            self._held.clear()
+            self.sock.sendall(data)
 
     def recv(self, timeout: float | None = None) -> Message | None:
         """The next message; None when ``timeout`` passes first; ChannelClosed on EOF."""

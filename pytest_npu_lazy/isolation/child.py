@@ -63,6 +63,13 @@ class ChildRelay(CollectionObserver):
         self.outputs = outputs
         self.state: probe.ProbeState | None = None  # known once the child is given its test
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> None:
+        """A phase's code (the test's, its fixtures') is done: until the next phase starts only pytest's
+        reporting runs, so what the child says meanwhile (the report, phase ends, warnings) is held and
+        sent in one write, one wake-up of the pytest process instead of one a message."""
+        self.channel.hold()
+
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when == "teardown":
@@ -169,13 +176,21 @@ class TestRun:
         self.nodeid = nodeid = target.nodeid
         adopt_basetemp(self.config, target.basetemp)
         self.state = probe.ProbeState.for_settings(settings, nodeid) if state is None else state.adopt(settings, nodeid)
-        self.state.listener = lambda phase: send(self.channel, messages.Phase(**phase))  # a crash still shows them
+        self.state.listener = self._send_phase
         self.state.replay_phases()  # a module zygote's collect phase, told to the pytest process now
         set_title("child", nodeid)
         probe.set_active_state(self.state)
         relay.state = self.state
         self.item: pytest.Item | None = None
         self.collected = False
+
+    def _send_phase(self, phase: dict) -> None:
+        """A phase began or ended. A start goes out at once, with everything held since the last phase's
+        code ended (:meth:`ChildRelay.pytest_runtest_makereport`): the test's own code runs next, and a
+        crash, a hang or a kill there still shows everything before it."""
+        send(self.channel, messages.Phase(**phase))
+        if phase["duration"] is None:
+            self.channel.release()
 
     def prepare(self) -> bool:
         """Apply the marker's blocks and tracking; False if the test cannot run."""
@@ -225,9 +240,11 @@ class TestRun:
             self.relay.send_warning(warnings.WarningMessage(pytest.PytestWarning(problem), pytest.PytestWarning,
                                                             "", 0), nodeid=self.nodeid)
         send(self.channel, messages.Finished())
+        self.channel.release()
 
     def not_run(self, text: str, error: bool) -> None:
         send(self.channel, messages.NotRun(text, error))
+        self.channel.release()
         self.collected = False
 
     def guarded(self, body) -> bool:
@@ -239,12 +256,15 @@ class TestRun:
             body()
         except KeyboardInterrupt as exc:
             send(self.channel, messages.Interrupted("KeyboardInterrupt", str(exc), None))
+            self.channel.release()
         except pytest.exit.Exception as exc:
             send(self.channel, messages.Interrupted("Exit", exc.msg, exc.returncode))
+            self.channel.release()
         except BaseException:
             import traceback
 
             send(self.channel, messages.InternalError(traceback.format_exc()))
+            self.channel.release()
             raise
         else:
             return True
@@ -299,6 +319,8 @@ def serve_test(channel: Channel, ready) -> None:
     """
     try:
         run, go_on = ready(*receive_prepare(channel))
+        if go_on:
+            DEVICE_CALLS.start_line_sampler()  # while it waits: a leaf process, no fork follows the sampler's thread
         receive_run(channel, run.nodeid)
     except ProtocolError as exc:
         print(f"pytest-npu-lazy: a test child ends: {exc}", file=sys.stderr)
@@ -306,7 +328,6 @@ def serve_test(channel: Channel, ready) -> None:
     except ChannelClosed:
         return  # a spare child that was never needed
     if go_on:
-        DEVICE_CALLS.start_line_sampler()  # a leaf process: no fork follows the sampler's thread
         run.guarded(run.execute)
     run.finish()
     sys.stdout.flush()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import signal
 
+from .. import compat
 from ..forks.processes import die_with_parent, fork_hazard, set_title
 from ..forks.server import ForkServer, freeze_heap, other_threads, run_forked
 from ..forks.channel import Channel, send
@@ -50,6 +51,7 @@ class _IsolationServer(ForkServer):
     def ready(self, error: str | None = None, output: str = "") -> None:
         """Tell the pytest process this server may fork: after its import, with the heap frozen."""
         RECORDER.sweep()
+        compat.warm_warning_filters(self.session.config)  # every child applies them: compiled once, here
         freeze_heap()
         send(self.control, messages.Ready(os.getpid(), error, output, _thread_warnings()))
 

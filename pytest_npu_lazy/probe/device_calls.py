@@ -90,6 +90,7 @@ class DeviceCallLog:
         self._sampler: threading.Thread | None = None
         self._samples: dict[int, tuple[CodeLocation | None, CodeLocation | None]] = {}
         self._next_sample = 1
+        self._queue_buffer: ctypes.Array | None = None
         self.unavailable: str | None = "device calls are not recorded: recording was never started"
 
     # -- recording ------------------------------------------------------------
@@ -178,13 +179,17 @@ class DeviceCallLog:
         """Move calls made without the GIL into the log, in time order (their phase is placed later)."""
         if self._library is None:
             return
-        buffer = (_QueuedCall * 4096)()
-        names = {thread.native_id: thread.name for thread in threading.enumerate()}
-        names[threading.get_native_id()] = threading.current_thread().name  # a fork's main thread: a new id
+        if self._queue_buffer is None:  # small and reused: most tests queue no call, and a big one costs page faults
+            self._queue_buffer = (_QueuedCall * 256)()
+        buffer = self._queue_buffer
+        names: dict[int, str] | None = None
         taken = 0
         while True:
             count = self._library.npu_lazy_take_queued_device_calls(buffer, len(buffer))
             taken += count
+            if count and names is None:
+                names = {thread.native_id: thread.name for thread in threading.enumerate()}
+                names[threading.get_native_id()] = threading.current_thread().name  # a fork's main thread: a new id
             for item in buffer[:count]:
                 thread = (f"Python thread {names[item.thread]!r} while the GIL was released" if item.thread in names
                           else f"native thread {item.thread}")
