@@ -112,7 +112,7 @@ class MemorySampler:
         self._thread.join()
 
     def _run(self) -> None:
-        from pytest_npu_lazy.isolation.module_zygotes import private_bytes
+        from pytest_npu_lazy.isolation.pytest_side.module_zygotes import private_bytes
 
         while not self._stop.wait(0.02):
             total = 0

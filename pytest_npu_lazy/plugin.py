@@ -96,7 +96,7 @@ def pytest_configure(config: pytest.Config) -> None:
     gate = NpuGate(cann) if fd is None else None
     config.pluginmanager.register(Reporter(config, state.resolver, cann, gate), "npu_lazy_reporter")
     if fd is not None:
-        from .isolation.child import SpawnedSession
+        from .isolation.child_side.child import SpawnedSession
 
         config.pluginmanager.register(SpawnedSession(config, int(fd)), "npu_lazy_spawned_session")
         return
@@ -107,10 +107,10 @@ def pytest_configure(config: pytest.Config) -> None:
         gate.require()
     if state.resolver.isolate == "off":
         return
-    from .isolation.controller import IsolationController
-    from .isolation.spawn import SpawnLauncher
-    from .isolation.module_zygotes import ModuleZygotes
-    from .isolation.pool import ZygotePool
+    from .isolation.pytest_side.controller import IsolationController
+    from .isolation.pytest_side.spawn import SpawnLauncher
+    from .isolation.pytest_side.module_zygotes import ModuleZygotes
+    from .isolation.pytest_side.pool import ZygotePool
 
     resolver = state.resolver
     state.pool = ZygotePool(session=None, module_zygotes=ModuleZygotes(
@@ -155,7 +155,7 @@ def pytest_sessionstart(session: pytest.Session) -> Iterator[None]:
     result = yield
     state = session.config.stash.get(_STATE_KEY, None)
     if state is not None and state.pool is not None and not _runs_no_tests(session.config):
-        from .isolation.inherit import remember_pytest_process
+        from .isolation.child_side.inherit import remember_pytest_process
 
         remember_pytest_process()  # what children restore: the handlers an in-process test sees
         state.pool.session = session

@@ -1,6 +1,6 @@
 """The fork-server engine: one serve loop for every process that forks children on request.
 
-Test isolation's root, zygotes and module zygotes (:mod:`pytest_npu_lazy.isolation.server`)
+Test isolation's root, zygotes and module zygotes (:mod:`pytest_npu_lazy.isolation.zygote_side.server`)
 and run_python's zygote (:mod:`pytest_npu_lazy.python_c.zygote`) are all the same
 thing: a process that waits on one control channel for requests, forks a
 child per request, reaps its children and reports how each ended, and ends

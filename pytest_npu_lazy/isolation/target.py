@@ -13,20 +13,19 @@ built in another order in another process (from a set, from object
 identities, from the clock) gives the same ids to different cases; running
 "test[x0]" with another value would be a silent lie, so it fails instead.
 
-The pytest internal this needs (``_pytest.main.resolve_collection_argument``,
-replaced in the child only, for the one argument naming the target) is
-reached through ``pytest_npu_lazy.compat``.
+This module is the description both ends share: the pytest process makes it
+(:meth:`Target.of`, :func:`prepare_message`), a child reads it back
+(:meth:`Target.from_dict`) and finds the test with
+:mod:`pytest_npu_lazy.isolation.child_side.find`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -87,74 +86,6 @@ def node_argument(config: pytest.Config, nodeid: str) -> str:
     """The rootdir-relative node id as an argument pytest resolves from any directory."""
     path, sep, rest = nodeid.partition("::")
     return str(config.rootpath / path) + sep + rest
-
-
-# -- in the child -------------------------------------------------------------
-
-def resolve_exactly(target: Target) -> Callable[[], None]:
-    """Make pytest resolve the target's argument to its file and exact names; returns the undo.
-
-    Everything else (path matching, conftests, every collection hook) stays
-    pytest's own; only the parsing of this one argument is skipped.
-    """
-    if not target.names:
-        return lambda: None
-
-    def make(original):
-        def resolve(invocation_path, arg, *args, **kwargs):
-            if arg != target.argument:
-                return original(invocation_path, arg, *args, **kwargs)
-            plain = original(invocation_path, os.sep, *args, **kwargs)  # a valid argument of this pytest's shape
-            if isinstance(plain, tuple):  # older pytest: (path, names)
-                return Path(target.argument), list(target.names)
-            changes: dict[str, Any] = {"path": Path(target.argument), "parts": list(target.names)}
-            if hasattr(plain, "parametrization"):
-                changes["parametrization"] = ""  # the last name already holds it: match it exactly
-            return dataclasses.replace(plain, **changes)
-
-        return resolve
-
-    return compat.patch_resolve_collection_argument(make)
-
-
-def collect_target(session: pytest.Session, target: Target) -> list[pytest.Item]:
-    """Collect only the target (pytest's UsageError becomes a TargetError that keeps its text)."""
-    undo = resolve_exactly(target)
-    try:
-        return list(session.perform_collect([target.argument]))
-    except pytest.UsageError as exc:
-        raise not_collected(target, exc) from None
-    finally:
-        undo()
-
-
-def not_collected(target: Target, error: pytest.UsageError) -> TargetError:
-    """pytest's own words for why it could not collect the target (it says them in its UsageError)."""
-    text = "\n".join(str(arg) for arg in error.args) or "a usage error"
-    return TargetError(f"pytest could not collect {target.nodeid!r} in the isolated child:\n{text}")
-
-
-def identify(target: Target, items: list[pytest.Item]) -> pytest.Item | None:
-    """The item that is the target, after checking its parameters; None when none was collected."""
-    found = next((item for item in items if item.nodeid == target.nodeid), None)
-    if found is None:
-        if items:
-            raise TargetError(
-                f"the isolated child collected {', '.join(repr(i.nodeid) for i in items[:5])} but not "
-                f"{target.nodeid!r}: the test's module defines its tests differently on each import "
-                "(ids or parametrization built from something that changes between processes).")
-        return None
-    params = describe_params(found)
-    if params != target.params:
-        differing = sorted(k for k in {*params, *target.params} if params.get(k) != target.params.get(k))
-        lines = "\n".join(f"  {name}: {target.params.get(name, '(none)')} in the pytest process, "
-                          f"{params.get(name, '(none)')} in the child" for name in differing)
-        raise TargetError(
-            f"{target.nodeid!r} has different parameters in the isolated child than in the pytest process:\n"
-            f"{lines}\nThe parametrization is not built the same way in every process (from a set, object "
-            "identities, random or time-dependent values), so this id names another case here. Build the "
-            "values in a fixed order (e.g. sorted(...)) or give ids that are derived from the values.")
-    return found
 
 
 # -- parameter descriptions -------------------------------------------------------

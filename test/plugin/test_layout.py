@@ -181,16 +181,16 @@ def test_the_layer_check_finds_an_arrow_back_up(tmp_path):
     """The check sees the arrows it exists for: settings taking the watch list from reports, the probe
     reaching into isolation, reports into isolation, and a name read from the package's __init__."""
     graph = {"pytest_npu_lazy.settings": {"pytest_npu_lazy.reports.schema"},
-             "pytest_npu_lazy.probe.state": {"pytest_npu_lazy.isolation.child"},
+             "pytest_npu_lazy.probe.state": {"pytest_npu_lazy.isolation.child_side.child"},
              "pytest_npu_lazy.reports.reporter": {"pytest_npu_lazy.isolation.messages"},
-             "pytest_npu_lazy.python_c.call": {"pytest_npu_lazy.isolation.pool"},
+             "pytest_npu_lazy.python_c.call": {"pytest_npu_lazy.isolation.pytest_side.pool"},
              "pytest_npu_lazy.forks.server": {"pytest_npu_lazy.isolation.messages"},
-             "pytest_npu_lazy.reports.schema": set(), "pytest_npu_lazy.isolation.child": set(),
-             "pytest_npu_lazy.isolation.messages": set(), "pytest_npu_lazy.isolation.pool": set()}
+             "pytest_npu_lazy.reports.schema": set(), "pytest_npu_lazy.isolation.child_side.child": set(),
+             "pytest_npu_lazy.isolation.messages": set(), "pytest_npu_lazy.isolation.pytest_side.pool": set()}
     assert _arrows_back_up(graph) == [
         "pytest_npu_lazy.forks.server (forks) -> pytest_npu_lazy.isolation.messages (front ends and reports)",
-        "pytest_npu_lazy.probe.state (probe) -> pytest_npu_lazy.isolation.child (front ends and reports)",
-        "pytest_npu_lazy.python_c.call -> pytest_npu_lazy.isolation.pool (siblings kept apart)",
+        "pytest_npu_lazy.probe.state (probe) -> pytest_npu_lazy.isolation.child_side.child (front ends and reports)",
+        "pytest_npu_lazy.python_c.call -> pytest_npu_lazy.isolation.pytest_side.pool (siblings kept apart)",
         "pytest_npu_lazy.reports.reporter -> pytest_npu_lazy.isolation.messages (siblings kept apart)",
         "pytest_npu_lazy.settings (settings) -> pytest_npu_lazy.reports.schema (front ends and reports)",
     ]
@@ -204,7 +204,8 @@ def test_readme_module_map_matches_the_package():
     """Every module is in the README's layout block under its folder, and nothing there is gone."""
     block = re.search(r"## Layout\n+```\n(.*?)```", README.read_text(), flags=re.S)
     assert block, "README has no Layout block"
-    listed, folder = set(), ""
+    listed: set[str] = set()
+    folders: list[tuple[int, str]] = []  # the open folders, outermost first, with their indents
     for line in block[1].splitlines():
         if line.startswith("pytest_npu_lazy/"):
             continue
@@ -212,12 +213,12 @@ def test_readme_module_map_matches_the_package():
         if not match:
             continue
         indent, entry = len(match[1]), match[2]
-        if indent == 2:
-            folder = entry if entry.endswith("/") else ""
-            if not folder:
-                listed.add(entry)
-        elif folder:
-            listed.add(folder + entry)
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        if entry.endswith("/"):
+            folders.append((indent, entry))
+        else:
+            listed.add("".join(folder for _, folder in folders) + entry)
     actual = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
               if path.name not in ("__init__.py", "__main__.py")}
     assert sorted(actual - listed) == [], "modules missing from the README's Layout block"
@@ -237,7 +238,8 @@ def test_plugin_imports_no_torch_at_load(module):
 
 #: packages whose docstring names every module in them (isolation's and python_c's follow their split into
 #: the fork engine and the pytest / zygote / child sides)
-DOCUMENTED_PACKAGES = ("", "probe", "reports", "cann", "forks", "isolation", "python_c")
+DOCUMENTED_PACKAGES = ("", "probe", "reports", "cann", "forks", "isolation", "isolation/pytest_side",
+                       "isolation/zygote_side", "isolation/child_side", "python_c")
 
 
 @pytest.mark.parametrize("package", DOCUMENTED_PACKAGES, ids=lambda p: p or "pytest_npu_lazy")

@@ -19,9 +19,9 @@ FIXED_ORDER = {name: value for name, value in vars(messages).items() if isinstan
 def _endpoints():
     """Every endpoint that dispatches isolation's messages by kind, with what it must accept (messages.py's
     docstring, by direction)."""
-    from pytest_npu_lazy.isolation.controller import ChildRun
-    from pytest_npu_lazy.isolation.pool import ZygoteHandle
-    from pytest_npu_lazy.isolation.server import ModuleZygoteServer, RootServer, ZygoteServer
+    from pytest_npu_lazy.isolation.pytest_side.controller import ChildRun
+    from pytest_npu_lazy.isolation.pytest_side.pool import ZygoteHandle
+    from pytest_npu_lazy.isolation.zygote_side.server import ModuleZygoteServer, RootServer, ZygoteServer
 
     return {RootServer: {"start_zygote", "shutdown"},
             ZygoteServer: {"fork_child", "start_module_zygote", "shutdown"},
@@ -91,7 +91,7 @@ def test_a_handler_for_no_known_message_is_refused_by_name():
 
 def test_a_message_without_a_handler_is_refused_as_unexpected(pair):
     """A module zygote has no on_start_module_zygote: the message is a ProtocolError, never dropped."""
-    from pytest_npu_lazy.isolation.server import ModuleZygoteServer
+    from pytest_npu_lazy.isolation.zygote_side.server import ModuleZygoteServer
 
     ours, theirs = pair
     send(ours, messages.StartModuleZygote("key", {}, {}))

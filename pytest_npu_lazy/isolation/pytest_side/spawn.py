@@ -16,11 +16,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from ..forks.processes import kill_group
-from .messages import CHILD_FD_ENV
-from ..forks.channel import Channel, send
-from ..settings import TestSettings
-from .target import Target, prepare_message
+from ...forks.channel import Channel, send
+from ...forks.processes import kill_group
+from ...settings import TestSettings
+from ..messages import CHILD_FD_ENV
+from ..target import Target, prepare_message
 
 
 @dataclass

@@ -1,11 +1,13 @@
 """The fork servers: the root zygote and the zygotes it forks. Runs in forked processes, never in pytest.
 
 At session start, before any test module is imported, the pytest process
-forks the *root* (:class:`.pool.ZygotePool`). The root forks one zygote per
-preload baseline on demand; each zygote imports its baseline (``torch`` by
-default) once and then forks a test child (:func:`.child.serve_child`) per
-request. Both servers answer only the messages of :mod:`.messages` and end
-when the pytest process says :class:`~.messages.Shutdown` or goes away.
+forks the *root* (:class:`..pytest_side.pool.ZygotePool`). The root forks one
+zygote per preload baseline on demand; each zygote imports its baseline
+(``torch`` by default) once and then forks a test child
+(:func:`..child_side.child.serve_child`) per request, or a module zygote
+(:mod:`.module_collection`) that collected one test module. The servers
+answer only the messages of :mod:`..messages` and end when the pytest
+process says Shutdown or goes away.
 
 They are front ends on :class:`pytest_npu_lazy.forks.server.ForkServer`: the
 loop, reaping and ending live there; here is only what each server does
@@ -17,17 +19,18 @@ from __future__ import annotations
 import os
 import signal
 
-from .. import compat
-from ..forks.processes import die_with_parent, fork_hazard, set_title
-from ..forks.server import ForkServer, freeze_heap, other_threads, run_forked
-from ..forks.channel import Channel, send
-from ..probe.recorder import RECORDER
-from ..settings import Baseline, TestSettings
-from . import messages
-from .child import serve_child
-from .collected import ModuleCollection, serve_collected_child
-from .preload import import_preload
-from .target import Target
+from ... import compat
+from ...forks.channel import Channel, send
+from ...forks.processes import die_with_parent, fork_hazard, set_title
+from ...forks.server import ForkServer, freeze_heap, other_threads, run_forked
+from ...probe.recorder import RECORDER
+from ...settings import Baseline, TestSettings
+from .. import messages
+from ..child_side.child import serve_child
+from ..child_side.collected import serve_collected_child
+from ..preload import import_preload
+from ..target import Target
+from .module_collection import ModuleCollection
 
 
 class _IsolationServer(ForkServer):
@@ -125,7 +128,7 @@ def serve_zygote(channel: Channel, session, baseline: Baseline) -> None:
 
 
 def serve_module_zygote(channel: Channel, session, start: messages.StartModuleZygote) -> None:
-    """Collect one module (:mod:`.collected`), then fork a test child per request from it."""
+    """Collect one module (:mod:`.module_collection`), then fork a test child per request from it."""
     target = Target.from_dict(start.target)
     server = ModuleZygoteServer(channel, session, ("module zygote", target.nodeid))
     server.module = ModuleCollection(session, TestSettings.from_dict(start.settings), target)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import time
 
-from ..probe.summary import Summary
-from .messages import Phase
+from ...probe.summary import Summary
+from ..messages import Phase
 
 #: the report's ``when`` -> the runner phase it covers
 RUNNER_PHASE_OF = {"setup": "setup", "call": "test", "teardown": "teardown"}

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from ..settings import Baseline, TestSettings
-from .target import Target
+from ...settings import Baseline, TestSettings
+from ..target import Target
 
 
 @dataclass(frozen=True)

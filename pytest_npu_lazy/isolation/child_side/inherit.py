@@ -22,8 +22,8 @@ import sys
 import warnings
 import pytest
 
-from .. import compat
-from ..forks.processes import die_with_parent, kill_group
+from ... import compat
+from ...forks.processes import die_with_parent, kill_group
 
 #: Signals the zygote servers handle themselves; a child gets the pytest process's handlers back.
 _SERVER_SIGNALS = (signal.SIGINT, signal.SIGTERM)

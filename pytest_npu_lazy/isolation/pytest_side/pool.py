@@ -1,6 +1,6 @@
 """The pytest process's zygotes: start them, hand out their children, restart them, stop them.
 
-The servers themselves run in forks (:mod:`.server`); this is the other end
+The servers themselves run in forks (:mod:`..zygote_side.server`); this is the other end
 of their channels, as pytest-xdist keeps ``workermanage.py`` apart from
 ``remote.py``. A launcher (the controller's word) gives a child that has
 already been sent its :class:`~.messages.Prepare`: the fork pool asks a
@@ -20,16 +20,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import ZygoteError
-from ..settings import Baseline
-from ..forks.channel import Accepts, Channel, ChannelClosed, ProtocolError, describe_status, send
-from ..forks.processes import kill_group
-from ..forks.server import run_forked
-from . import messages
-from .outputs import record_warning_text
-from .server import serve_root
+from ...errors import ZygoteError
+from ...forks.channel import Accepts, Channel, ChannelClosed, ProtocolError, describe_status, send
+from ...forks.processes import kill_group
+from ...forks.server import run_forked
+from ...settings import Baseline
+from .. import messages
+from ..target import prepare_message
+from ..zygote_side.server import serve_root
 from .module_zygotes import ModuleZygotes, module_key, module_target
-from .target import prepare_message
+from .outputs import record_warning_text
 
 READY_TIMEOUT = 600.0  # importing a baseline may compile or download nothing, but can be slow
 FORK_TIMEOUT = 60.0

@@ -20,18 +20,19 @@ from typing import Any
 
 import pytest
 
-from ..probe import state as probe
-from ..errors import NpuLazyError
+from ...errors import NpuLazyError
+from ...forks.channel import Channel, ChannelClosed, ProtocolError, send
+from ...forks.processes import set_title
+from ...probe import state as probe
+from ...probe.device_calls import DEVICE_CALLS
+from ...probe.recorder import RECORDER
+from ...settings import TestSettings
+from .. import messages
+from ..preload import import_preload
+from ..target import Target, TargetError
+from .find import collect_target, identify, not_collected, resolve_exactly
 from .inherit import adopt_basetemp, private_capture, reset_signals, save_coverage
 from .outputs import ChildOutputs
-from ..forks.processes import set_title
-from ..forks.channel import Channel, ChannelClosed, ProtocolError, send
-from ..probe.device_calls import DEVICE_CALLS
-from ..probe.recorder import RECORDER
-from ..settings import TestSettings
-from . import messages
-from .preload import import_preload
-from .target import Target, TargetError, collect_target, identify, not_collected, resolve_exactly
 
 #: names of the files a child hands to the pytest process, in this order
 FILE_NAMES = ("stacks", "stdout", "stderr")

@@ -18,15 +18,14 @@ from typing import Any, Protocol
 import pytest
 from pytest import TestReport
 
-from .. import compat
-from ..errors import MarkerError, NpuLazyError
-from ..forks.channel import Accepts, Channel, ChannelClosed, ProtocolError, describe_status, send
-from ..forks.processes import kill_group
-from .outputs import add_junit_extras, show_terminal_text
+from ... import compat
+from ...errors import MarkerError, NpuLazyError
+from ...forks.channel import Accepts, Channel, ChannelClosed, ProtocolError, describe_status, send
+from ...forks.processes import kill_group
+from ...settings import Resolver, TestSettings
+from .. import messages
+from .outputs import add_junit_extras, record_warning, record_warning_text, show_terminal_text
 from .progress import RUNNER_PHASE_OF, PhaseProgress
-from . import messages
-from .outputs import record_warning, record_warning_text
-from ..settings import Resolver, TestSettings
 
 #: How long a child may take to report its exit status after its socket closed.
 EXIT_STATUS_TIMEOUT = 10.0

@@ -1,0 +1,9 @@
+"""Isolation in a test child: one test, in a process of its own, reported home.
+
+:mod:`.child` is the child's life (prepare, collect or find its test, run
+pytest's protocol, stream reports) for a forked and a spawned child alike;
+:mod:`.collected` is a child forked from a module zygote; :mod:`.find` finds
+the pytest process's test again; :mod:`.inherit` makes what a child inherits
+look as it does in-process; :mod:`.outputs` sends its terminal writes and
+JUnit extras home.
+"""
