@@ -39,6 +39,8 @@ from .processes import ChildWatcher, kill_group
 
 #: how long the loop sleeps between polls where an exit cannot wake it (no pidfd)
 POLL_SECONDS = 0.05
+#: how long a caller waits for a new server's Ready: importing a preload may be slow, never this slow
+READY_TIMEOUT = 600.0
 
 
 class ForkServer:

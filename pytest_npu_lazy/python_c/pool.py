@@ -36,11 +36,11 @@ from . import messages
 from ..errors import NpuLazyWarning, RunPythonError
 from ..forks.processes import kill_group
 from ..forks.channel import Channel, ChannelClosed, describe_status
+from ..forks.server import READY_TIMEOUT
 
 BOOT = Path(__file__).with_name("boot.py")
 PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)  # the top package: boot.py loads it under an alias
 #: importing a preload such as torch takes seconds; a hung one must not hang the session
-READY_TIMEOUT = 600.0
 MAX_ZYGOTES = 4  # a zygote holding torch takes a few hundred MB
 STOP_GRACE = 5.0
 

@@ -36,6 +36,8 @@ from .outputs import ChildOutputs
 
 #: names of the files a child hands to the pytest process, in this order
 FILE_NAMES = ("stacks", "stdout", "stderr")
+#: the relay's name among pytest's plugins (a test may look it up)
+RELAY_NAME = "npu_lazy_child_relay"
 
 
 class CollectionObserver:
@@ -57,12 +59,16 @@ class CollectionObserver:
 class ChildRelay(CollectionObserver):
     """Plugin registered in the child: forwards reports and warnings as they happen."""
 
-    def __init__(self, channel: Channel, config: pytest.Config, outputs: ChildOutputs) -> None:
+    def __init__(self, channel: Channel | None, config: pytest.Config, outputs: ChildOutputs) -> None:
         super().__init__()
-        self.channel = channel
+        self.channel = channel  # None in a module zygote, which registers the relay for its children
         self.config = config
         self.outputs = outputs
         self.state: probe.ProbeState | None = None  # known once the child is given its test
+
+    def bind(self, channel: Channel) -> None:
+        """The child's own channel, for a relay its module zygote registered before forking it."""
+        self.channel = self.outputs.channel = channel
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> None:
@@ -87,6 +93,8 @@ class ChildRelay(CollectionObserver):
 
     def send_warning(self, warning_message: warnings.WarningMessage, when: str = "runtest",
                      nodeid: str = "", location: Any = None) -> None:
+        if self.channel is None:  # a module zygote's: what its collection raised, its WarningKeeper keeps
+            return
         send(self.channel, messages.WarningRecorded(serialize_warning(warning_message), when, nodeid, location))
 
 
@@ -113,6 +121,16 @@ def leave_pytest_roles(config: pytest.Config) -> None:
         config.option.forked = False  # pytest-forked would fork this clean child again
 
 
+def register_relay(config: pytest.Config) -> ChildRelay:
+    """Make this process a test child's in everything but its channel: out of pytest's other roles, the relay
+    registered. A module zygote does it once for all its children, which then only bind their channel:
+    registering a plugin is the costliest step of a child's set-up, and it is the same for every child."""
+    leave_pytest_roles(config)
+    relay = ChildRelay(None, config, ChildOutputs(None, config))
+    config.pluginmanager.register(relay, RELAY_NAME)
+    return relay
+
+
 def become_test_process(channel: Channel, config: pytest.Config) -> ChildRelay:
     """Everything a child does before it knows its test: a spare child does it while it waits.
 
@@ -120,9 +138,10 @@ def become_test_process(channel: Channel, config: pytest.Config) -> ChildRelay:
     them, sends the files a crash report reads (the stack dump, its own
     capture files) and starts relaying reports.
     """
-    leave_pytest_roles(config)
-    relay = ChildRelay(channel, config, ChildOutputs(channel, config))
-    config.pluginmanager.register(relay, "npu_lazy_child_relay")
+    relay = config.pluginmanager.get_plugin(RELAY_NAME)
+    if relay is None:
+        relay = register_relay(config)
+    relay.bind(channel)
     stacks = tempfile.TemporaryFile()
     faulthandler.enable(stacks, all_threads=True)
     faulthandler.register(signal.SIGUSR1, stacks, all_threads=True)

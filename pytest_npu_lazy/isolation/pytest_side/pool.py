@@ -23,7 +23,7 @@ from typing import Callable
 from ...errors import ZygoteError
 from ...forks.channel import Accepts, Channel, ChannelClosed, ProtocolError, describe_status, send
 from ...forks.processes import kill_group
-from ...forks.server import run_forked
+from ...forks.server import READY_TIMEOUT, run_forked
 from ...settings import Baseline
 from .. import messages
 from ..target import prepare_message
@@ -31,7 +31,6 @@ from ..zygote_side.server import serve_root
 from .module_zygotes import ModuleZygotes, module_key, module_target
 from .outputs import record_warning_text
 
-READY_TIMEOUT = 600.0  # importing a baseline may compile or download nothing, but can be slow
 FORK_TIMEOUT = 60.0
 
 

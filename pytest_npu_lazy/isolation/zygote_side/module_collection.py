@@ -18,7 +18,7 @@ import pytest
 
 from ...probe import state as probe
 from ...settings import TestSettings
-from ..child_side.child import CollectionObserver, collect_in_phase, leave_pytest_roles
+from ..child_side.child import CollectionObserver, collect_in_phase, leave_pytest_roles, register_relay
 from ..child_side.inherit import adopt_basetemp, private_capture
 from ..child_side.outputs import silence_terminal
 from ..target import Target
@@ -51,4 +51,5 @@ class ModuleCollection:
         #: ``problem``: the text of every test's error when not None
         self.items, self.problem = collect_in_phase(self.state, settings, session, target)
         config.pluginmanager.unregister(self.observer)
+        register_relay(config)  # once for all its children, after the collection it must not observe
         self.forked = 0
