@@ -87,10 +87,10 @@ def pytest_configure(config: pytest.Config) -> None:
     from .reports.reporter import Reporter
 
     known_warnings.hide(config, cann)  # the header says why; the user's own filters still win
-    from .python_c import pool as pypool
+    from .python_c import pool as run_python_zygotes
 
-    pypool.activate(config)  # run_python forks from zygotes while this session lasts
-    config.add_cleanup(lambda: pypool.deactivate(config))
+    run_python_zygotes.activate(config)  # run_python forks from zygotes while this session lasts
+    config.add_cleanup(lambda: run_python_zygotes.deactivate(config))
     state = config.stash[_STATE_KEY] = _PluginState(config)
     fd = os.environ.pop(CHILD_FD_ENV, None)
     gate = NpuGate(cann) if fd is None else None

@@ -1,5 +1,5 @@
 _npu_lazy_main = dict(globals())  # __main__ as `python -c` leaves it, before this program adds a name
-# The program of a run_python zygote. It is never imported: pypool passes its text to
+# The program of a run_python zygote. It is never imported: python_c/pool.py passes its text to
 # `python -c`, so the zygote starts exactly as the `python -c CODE` it stands in for
 # (same interpreter, flags, sys.path, stdio set-up) and holds no pytest.
 #
@@ -10,10 +10,10 @@ _npu_lazy_main = dict(globals())  # __main__ as `python -c` leaves it, before th
 # from sys.modules again in every child. Comments, not a docstring: a docstring would
 # set __doc__ in __main__.
 #
-# The last statement runs the code of a call in each forked child: pyzygote.serve
+# The last statement runs the code of a call in each forked child: zygote.serve
 # returns only there, with the compiled code and the fresh __main__ namespace, so the
 # code runs from this module's top level, one frame below nothing but this one. How
-# the code ended (None, or the exception) then goes to pyzygote.finish, which ends the
+# the code ended (None, or the exception) then goes to zygote.finish, which ends the
 # child as `python -c` ends, without tearing down the interpreter it shares with the
 # zygote page by page.
 import os

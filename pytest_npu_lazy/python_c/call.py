@@ -25,7 +25,8 @@ import time
 from collections.abc import Mapping
 from typing import Sequence
 
-from . import env as pyenv, pool as pypool
+from .env import inherited, relative_pythonpath
+from .pool import Zygote, active, error_for_dead
 from . import messages
 from ..errors import RunPythonError
 from ..forks.channel import Channel, ChannelClosed
@@ -47,10 +48,10 @@ def run_python(code: str, *, env: Mapping[str, str] | None = None, timeout: floa
     """
     preload = _checked(code, env, timeout, preload, cwd, input)
     args = [sys.executable, "-c", code]
-    pool = pypool.active()
-    if pool is None:
+    zygotes = active()
+    if zygotes is None:
         return _subprocess(args, env, timeout, cwd, input)
-    call_env = pyenv.inherited() if env is None else dict(env)
+    call_env = inherited() if env is None else dict(env)
     if call_env.get("PYTHONINSPECT"):  # `python -c` would then read more code from stdin when done
         return _subprocess(args, env, timeout, cwd, input)
     try:
@@ -59,25 +60,25 @@ def run_python(code: str, *, env: Mapping[str, str] | None = None, timeout: floa
     except OSError:  # the caller's directory was removed: only a real subprocess can start there
         return _subprocess(args, env, timeout, cwd, input)
     if not os.path.isdir(directory):  # the child's chdir fails as subprocess's would; a zygote starts here
-        if pyenv.relative_pythonpath(call_env):
+        if relative_pythonpath(call_env):
             return _subprocess(args, env, timeout, cwd, input)
         directory = here
-    zygote = pool.zygote(preload, call_env, directory)
+    zygote = zygotes.zygote(preload, call_env, directory)
     if zygote is None:
         return _subprocess(args, env, timeout, cwd, input)
     call = _Call(zygote, args, call_env, cwd, input, timeout)
     outcome = call.run()
     if outcome.shadowed:
-        pool.warn(f"run_python: {', '.join(outcome.shadowed)} in {directory} would shadow modules the zygote "
+        zygotes.warn(f"run_python: {', '.join(outcome.shadowed)} in {directory} would shadow modules the zygote "
                   f"preloaded ({list(preload)}), as `python -c` imports from its working directory first; "
                   "such calls run as plain subprocesses.", stacklevel=3)
         return _subprocess(args, env, timeout, cwd, input)
     if outcome.unsent:  # the zygote was gone before it got the call: nothing ran, a subprocess runs it
-        pool.forget(zygote)
+        zygotes.forget(zygote)
         return _subprocess(args, env, timeout, cwd, input)
     if outcome.zygote_died:
-        pool.forget(zygote)
-        raise pypool.error_for_dead(zygote)
+        zygotes.forget(zygote)
+        raise error_for_dead(zygote)
     return outcome.result
 
 
@@ -158,7 +159,7 @@ def _text(data: bytes, encoding: str) -> str:
 class _Call:
     """One call from request to exit status: the communicate loop of subprocess.run."""
 
-    def __init__(self, zygote: pypool.Zygote, args: list[str], env: dict[str, str], cwd, input: str | None,
+    def __init__(self, zygote: Zygote, args: list[str], env: dict[str, str], cwd, input: str | None,
                  timeout: float | None) -> None:
         self.zygote = zygote
         self.args = args

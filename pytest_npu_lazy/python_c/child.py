@@ -45,7 +45,7 @@ class ChildContext:
     shadowable: dict  # top-level module the preload loaded from a file -> the directory it came from
     suffixes: tuple  # file suffixes the import system tries, for the shadowing check
     signals: dict = field(default_factory=dict)  # dispositions the zygote changes, as they were
-    in_child = False  # class attribute: set in a forked child, read by pyzygote.finish
+    in_child = False  # class attribute: set in a forked child, read by zygote.finish
 
     @classmethod
     def capture(cls, main: dict, state: dict) -> "ChildContext":
@@ -288,7 +288,7 @@ def end(exc: BaseException | None) -> None:
         if isinstance(exc, SystemExit):
             code = _exit_code(exc)
         elif exc is not None:
-            tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # without pyboot's frame
+            tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # without boot.py's frame
             code, interrupted = 1, isinstance(exc, KeyboardInterrupt)
             show_exception(exc.with_traceback(tb))
     except SystemExit as hook_exit:  # sys.excepthook itself raised SystemExit

@@ -9,7 +9,7 @@ same in its environment. Two kinds of variables qualify:
   code, which no Python hook can observe: matched by the rules below
   (:data:`STARTUP_NAMES`, :data:`STARTUP_PREFIXES`);
 * variables the preload read through ``os.environ`` / ``os.getenv`` while it
-  was imported: recorded in the zygote (pyboot.py swaps the class of
+  was imported: recorded in the zygote (boot.py swaps the class of
   ``os.environ`` for the import) and sent back with its ``ready`` message. ``import torch`` 2.13 reads about 50 of
   them (``TORCH_DEVICE_BACKEND_AUTOLOAD``, ``TORCH_LOGS``,
   ``TORCHDYNAMO_*``, ``PYTORCH_JIT``, ``NPY_PROMOTION_STATE``,

@@ -52,7 +52,7 @@ class Ready:
     KIND: ClassVar[str] = "ready"
     pid: int
     error: Optional[str]  # the preload's traceback when an import failed
-    reads: list  # environment variables the preload looked up (pyenv.ALL: it iterated over all of them)
+    reads: list  # environment variables the preload looked up (env.ALL: it iterated over all of them)
     hazard: Optional[str]  # why forking this zygote would hand children a broken device runtime
     threads: list  # names of Python threads the preload left running (a fork copies none of them)
     environ: dict  # os.environ as the interpreter's start-up left it, before the preload

@@ -10,7 +10,7 @@ A zygote is a ``python -c <boot.py>`` started with the environment and
 working directory of the first call that needs it, in a session of its own
 (a terminal's Ctrl-C goes to pytest, which stops the code it waits for).
 It serves any later call with the same preload whose environment agrees on
-every variable :mod:`pytest_npu_lazy.pyenv` names; with PYTHONPATH
+every variable :mod:`.env` names; with PYTHONPATH
 entries that are relative, also the same working directory. At most
 :data:`MAX_ZYGOTES` live at once, the least recently used goes first.
 
@@ -31,7 +31,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import env as pyenv
+from .env import as_started, compatible, relative_pythonpath, startup_changes
 from . import messages
 from ..errors import NpuLazyWarning, RunPythonError
 from ..forks.processes import kill_group
@@ -66,13 +66,13 @@ class Zygote:
         """Whether a call may use this zygote (or, for a failed one, would fail the same way)."""
         if preload != self.preload:
             return False
-        if pyenv.relative_pythonpath(env) and directory != self.directory:
+        if relative_pythonpath(env) and directory != self.directory:
             return False
-        return pyenv.compatible(self.env, env, self.ready.reads if self.ready else ())
+        return compatible(self.env, env, self.ready.reads if self.ready else ())
 
     def environ_for(self, env: dict[str, str]) -> dict[str, str]:
         """What os.environ must be in a child: ``env`` plus what `python -c` start-up adds (LC_CTYPE)."""
-        return pyenv.as_started(env, pyenv.startup_changes(self.env, self.ready.environ))
+        return as_started(env, startup_changes(self.env, self.ready.environ))
 
     def alive(self) -> bool:
         return self.process.poll() is None

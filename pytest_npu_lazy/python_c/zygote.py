@@ -112,7 +112,7 @@ def serve(control_fd: int, main: dict, state: dict, reads: list[str], error: str
 
 
 def finish(exc: BaseException | None) -> None:
-    """pyboot's last call: how the code ended (None, or what it raised); never returns."""
+    """boot.py's last call: how the code ended (None, or what it raised); never returns."""
     if not ChildContext.in_child:  # the zygote itself failed: its stderr reaches the caller's error message
         traceback.print_exception(type(exc), exc, exc.__traceback__)
         sys.stderr.flush()
