@@ -152,14 +152,18 @@ class ChildWatcher:
                 del self._pidfds[pid]
                 yield pid, status
 
+    def kill(self, pid: int, sig: int = signal.SIGKILL, group: bool = True) -> None:
+        """Signal a watched child and, with ``group``, its whole group: not reaped yet, its pid names no other."""
+        if group:
+            kill_group(pid, sig)
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
     def kill_all(self, sig: int = signal.SIGKILL, groups: bool = True) -> None:
         for pid in self.pids:
-            if groups:
-                kill_group(pid, sig)
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+            self.kill(pid, sig, groups)
 
     def wait_all(self) -> list[tuple[int, int]]:
         ended = []

@@ -35,7 +35,7 @@ import traceback
 from typing import Any, Callable
 
 from .channel import Accepts, Channel, ChannelClosed, ProtocolError
-from .processes import ChildWatcher, kill_group
+from .processes import ChildWatcher
 
 #: how long the loop sleeps between polls where an exit cannot wake it (no pidfd)
 POLL_SECONDS = 0.05
@@ -130,14 +130,6 @@ class ForkServer:
                 pass  # the child already did it, or is gone; either is fine
         self.watcher.add(pid)
         return pid
-
-    def kill_child(self, pid: int) -> None:
-        """The child and its whole group; the child is not reaped yet, so its pid names no other group."""
-        kill_group(pid, signal.SIGKILL)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
     def terminate(self, signum=None, frame=None) -> None:
         """End every child (and, with SIGKILL, every child's group), reap them all, and exit."""

@@ -82,7 +82,7 @@ class ZygoteServer(ForkServer):
             call.channel.close()
             call.channel = None
         if isinstance(message, messages.Kill):
-            self.kill_child(pid)
+            self.watcher.kill(pid)
 
     def child_ended(self, pid: int, status: int) -> None:
         call = self.calls.pop(pid)

@@ -259,12 +259,15 @@ class TestRun:
         if problem:
             self.relay.send_warning(warnings.WarningMessage(pytest.PytestWarning(problem), pytest.PytestWarning,
                                                             "", 0), nodeid=self.nodeid)
-        send(self.channel, messages.Finished())
+        self._send_now(messages.Finished())
+
+    def _send_now(self, message) -> None:
+        """A last word: sent with everything held before it, since the child may end right after."""
+        send(self.channel, message)
         self.channel.release()
 
     def not_run(self, text: str, error: bool) -> None:
-        send(self.channel, messages.NotRun(text, error))
-        self.channel.release()
+        self._send_now(messages.NotRun(text, error))
         self.collected = False
 
     def guarded(self, body) -> bool:
@@ -275,16 +278,13 @@ class TestRun:
         try:
             body()
         except KeyboardInterrupt as exc:
-            send(self.channel, messages.Interrupted("KeyboardInterrupt", str(exc), None))
-            self.channel.release()
+            self._send_now(messages.Interrupted("KeyboardInterrupt", str(exc), None))
         except pytest.exit.Exception as exc:
-            send(self.channel, messages.Interrupted("Exit", exc.msg, exc.returncode))
-            self.channel.release()
+            self._send_now(messages.Interrupted("Exit", exc.msg, exc.returncode))
         except BaseException:
             import traceback
 
-            send(self.channel, messages.InternalError(traceback.format_exc()))
-            self.channel.release()
+            self._send_now(messages.InternalError(traceback.format_exc()))
             raise
         else:
             return True

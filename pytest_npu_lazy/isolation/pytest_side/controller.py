@@ -170,13 +170,14 @@ class ChildRun:
     def _relay(self) -> None:
         deadline = None if self.settings.timeout is None else time.monotonic() + self.settings.timeout
         channel = self.child.channel
+        accepts = Accepts.handled_by(self, *messages.ALL)
         while True:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 self._timed_out()
                 return
             try:
-                message, fds = Accepts.handled_by(self, *messages.ALL).receive(channel, remaining)
+                message, fds = accepts.receive(channel, remaining)
             except ProtocolError as exc:
                 kill_group(self.child.pgid, signal.SIGKILL)
                 self.internal_error = (self.internal_error or "") + f"the pytest process could not read the child: {exc}\n"

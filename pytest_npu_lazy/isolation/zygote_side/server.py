@@ -36,7 +36,7 @@ from .module_collection import ModuleCollection
 class _IsolationServer(ForkServer):
     """What the root and every zygote share: a title, no Ctrl-C of their own, and an exit reported upstream."""
 
-    MESSAGES = (messages.StartZygote, messages.ForkChild, messages.StartModuleZygote, messages.Shutdown)
+    MESSAGES = messages.ALL  # each server accepts the kinds it has handlers for
     NAME = "zygote server"
 
     def __init__(self, channel: Channel, session, title: tuple[str, str]) -> None:
