@@ -55,6 +55,9 @@ with _titles_within_argv():
         _setproctitle = None
 
 
+_title_set_up = False
+
+
 def _prctl(option: int, value) -> None:
     if not sys.platform.startswith("linux"):
         return
@@ -76,10 +79,15 @@ def set_title(kind: str, detail: str) -> None:
     to the length of the original arguments; the short name (15 bytes, prctl
     PR_SET_NAME) works without it.
     """
+    global _title_set_up
     if _setproctitle is not None:
-        with _titles_within_argv():
+        if _title_set_up:  # setproctitle read SPT_NOENV when it set up, in this process or the one it forked from
             _setproctitle.setproctitle(f"pytest-npu-lazy {kind}: {detail}")
-    _prctl(_PR_SET_NAME, ctypes.create_string_buffer(f"npu-lazy {kind}".encode()[:15]))
+        else:
+            with _titles_within_argv():
+                _setproctitle.setproctitle(f"pytest-npu-lazy {kind}: {detail}")
+            _title_set_up = True
+    _prctl(_PR_SET_NAME, f"npu-lazy {kind}".encode()[:15])  # bytes pass as char *, NUL-terminated
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from .recorder import CodeLocation, _is_machinery, _location
+from .recorder import RECORDER, CodeLocation, _is_machinery, _location
 
 _LISTENER_TYPE = ctypes.CFUNCTYPE(None, ctypes.c_char_p, ctypes.c_long, ctypes.c_double)
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # pytest_npu_lazy/
@@ -116,6 +116,21 @@ class DeviceCallLog:
         import atexit
 
         atexit.register(self.stop)  # torch_npu's C++ teardown calls CANN after Python is gone
+
+    def sample_lines_once_needed(self) -> None:
+        """Start the line sampler now if torch_npu is loaded, else right after it loads (in a leaf process only).
+
+        The calls it serves come from Python threads that released the GIL around a call into CANN: torch's
+        operators, once torch_npu is loaded. A test child that never loads torch_npu makes none, and skips a
+        thread's start (its stack, its first faults) that would cost every isolated test. A test that calls a
+        stub library through ctypes itself, without torch_npu, gets "Python line not read" for those calls.
+        """
+        if self._library is None:
+            return
+        if "torch_npu" in sys.modules:
+            self.start_line_sampler()
+        else:
+            RECORDER.on_load("torch_npu", lambda name: self.start_line_sampler())
 
     def start_line_sampler(self) -> None:
         """Read the Python line of calls made while the GIL is released, from now on in this process.

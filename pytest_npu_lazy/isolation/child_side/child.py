@@ -142,14 +142,25 @@ def become_test_process(channel: Channel, config: pytest.Config) -> ChildRelay:
     if relay is None:
         relay = register_relay(config)
     relay.bind(channel)
-    stacks = tempfile.TemporaryFile()
+    stacks = unnamed_file()  # kept open as long as the process lives
     faulthandler.enable(stacks, all_threads=True)
     faulthandler.register(signal.SIGUSR1, stacks, all_threads=True)
-    fds = [stacks.fileno(), *private_capture(config)]
+    fds = [stacks, *private_capture(config)]
     send(channel, messages.Files([name for name, fd in zip(FILE_NAMES, fds) if fd >= 0]),
          fds=[fd for fd in fds if fd >= 0])
-    relay.stacks = stacks  # type: ignore[attr-defined]  # kept open as long as the process lives
     return relay
+
+
+def unnamed_file() -> int:
+    """A descriptor of a new file without a name, in the temporary directory: one ``open`` where the
+    filesystem has O_TMPFILE (every child pays for this file, and ``tempfile`` costs a hundred times more)."""
+    directory = tempfile.gettempdir()
+    try:
+        return os.open(directory, os.O_RDWR | os.O_TMPFILE, 0o600)
+    except (AttributeError, OSError):  # not Linux, or a filesystem without O_TMPFILE
+        fd, path = tempfile.mkstemp(dir=directory)
+        os.unlink(path)
+        return fd
 
 
 def apply_marker(state: probe.ProbeState, settings: TestSettings) -> str | None:
@@ -232,11 +243,12 @@ class TestRun:
         except TargetError as exc:
             self.not_run(f"npu_lazy: {exc}", error=True)
 
-    def find(self, items: list[pytest.Item]) -> None:
+    def find(self, items: list[pytest.Item], index: dict[str, pytest.Item] | None = None) -> None:
         """Take the target from what the child collected, deselected ones included: the pytest process
-        already chose to run it, and a filter here must not undo that. Say why when it is not there."""
+        already chose to run it, and a filter here must not undo that. Say why when it is not there.
+        ``index``: those items by node id, where a module zygote built it once for all its children."""
         self.collected = True
-        self.item = identify(self.target, [*items, *self.relay.deselected])
+        self.item = identify(self.target, [*items, *self.relay.deselected], index)
 
     def execute(self) -> None:
         if not self.collected:
@@ -340,7 +352,7 @@ def serve_test(channel: Channel, ready) -> None:
     try:
         run, go_on = ready(*receive_prepare(channel))
         if go_on:
-            DEVICE_CALLS.start_line_sampler()  # while it waits: a leaf process, no fork follows the sampler's thread
+            DEVICE_CALLS.sample_lines_once_needed()  # while it waits: a leaf process, no fork follows its thread
         receive_run(channel, run.nodeid)
     except ProtocolError as exc:
         print(f"pytest-npu-lazy: a test child ends: {exc}", file=sys.stderr)
@@ -399,7 +411,7 @@ class SpawnedSession:
         except TargetError as exc:
             run.not_run(f"npu_lazy: {exc}", error=True)
         receive_run(self.channel, run.nodeid)
-        DEVICE_CALLS.start_line_sampler()  # a spawned child forks nothing either
+        DEVICE_CALLS.sample_lines_once_needed()  # a spawned child forks nothing either
         run.guarded(run.execute)
         self._exit()
         return True  # pragma: no cover - _exit does not return

@@ -39,7 +39,7 @@ def serve_collected_child(channel: Channel, session: pytest.Session, module) -> 
             run.not_run(module.problem, error=True)
             return run, True
         try:
-            run.find(module.items)
+            run.find(module.items, module.index)
         except TargetError as exc:
             run.not_run(f"npu_lazy: {exc}", error=True)
         else:

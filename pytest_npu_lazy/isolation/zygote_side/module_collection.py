@@ -19,6 +19,7 @@ import pytest
 from ...probe import state as probe
 from ...settings import TestSettings
 from ..child_side.child import CollectionObserver, collect_in_phase, leave_pytest_roles, register_relay
+from ..child_side.find import index_by_nodeid
 from ..child_side.inherit import adopt_basetemp, private_capture
 from ..child_side.outputs import silence_terminal
 from ..target import Target
@@ -52,4 +53,17 @@ class ModuleCollection:
         self.items, self.problem = collect_in_phase(self.state, settings, session, target)
         config.pluginmanager.unregister(self.observer)
         register_relay(config)  # once for all its children, after the collection it must not observe
+        self.index = self.prepare_items()
         self.forked = 0
+
+    def prepare_items(self) -> dict[str, pytest.Item]:
+        """What every child would otherwise work out again for its own test, worked out once here: the items
+        by node id (with the deselected ones, which a child may still run) and each item's location (a cached
+        property of pytest's that reads the test's source position; every report carries it)."""
+        items = [*self.items, *self.observer.deselected]
+        for item in items:
+            try:
+                item.location
+            except Exception:  # the child computes it again, and reports what it raises where pytest would
+                pass
+        return index_by_nodeid(items)
