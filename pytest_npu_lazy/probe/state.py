@@ -86,6 +86,8 @@ class ProbeState:
     device_calls_before: int = 0
     #: what the test recorded for its report with npu_lazy.record (a generated kernel's source, a boundary)
     records: dict[str, str] = field(default_factory=dict)
+    #: the loads a module zygote made, grouped once for every child's summary (:meth:`freeze_imports`)
+    _frozen: "FrozenImports | None" = None
 
     @classmethod
     def for_settings(cls, settings, nodeid: str, in_process_reason: str | None = None,
@@ -211,6 +213,61 @@ class ProbeState:
         self.recorder.sweep()
         self.blocker.restore()
 
+    def _own_records(self, since: int) -> list[ImportRecord]:
+        """This test's first loads among the import attempts from ``since`` on, in load order."""
+        records = self.recorder.records
+        ours = [r for r in self.recorder.attempts[since:]
+                if r.status in ("loaded", "untracked") and records.get(r.name) is r]
+        return sorted(ours, key=lambda r: r.started)
+
+    def freeze_imports(self) -> None:
+        """In a module zygote, once it collected: group the loads so far by phase, for every child's summary.
+
+        Every test of the module inherits them (the module's import is each test's collect phase), and every
+        child would otherwise read each of their records again: a thousand for a module that imports sympy,
+        each read a copied page in a forked child. A recorded load never changes once its import ended (a
+        later import of the same name is a new attempt, and the record keeps the first), so they hold for
+        every child; a child adds only its own. Each phase's counts, lists and watched chains are computed
+        here too, for the settings the zygote collected with (a child with other settings computes them).
+        """
+        self.recorder.sweep()
+        frozen = FrozenImports(len(self.recorder.attempts))
+        for record in self._own_records(self.attempts_before):
+            frozen.by_phase.setdefault(record.phase, []).append(record)
+        for name, records in frozen.by_phase.items():
+            frozen.imports_of(name, records, self)
+        self._frozen = frozen
+
+    def _imports_by_phase(self) -> dict[str, tuple[list[ImportRecord], list[ImportRecord]]]:
+        """This test's first loads by phase, in load order: (those frozen in its module zygote, its own).
+
+        The frozen lists are not copied: a copy would touch each of their records.
+        """
+        frozen = self._frozen
+        by_phase: dict[str, tuple[list[ImportRecord], list[ImportRecord]]] = {}
+        if frozen is not None:
+            for name, records in frozen.by_phase.items():
+                by_phase[name] = (records, [])
+        for record in self._own_records(self.attempts_before if frozen is None else frozen.mark):
+            by_phase.setdefault(record.phase, ([], []))[1].append(record)  # after every frozen one
+        return by_phase
+
+    def phase_imports(self, records: list[ImportRecord]) -> tuple[int, list[dict], list[dict]]:
+        """A phase's loads as a summary gives them: (count, module list or [], watched patterns with a load)."""
+        found = []
+        for pattern in self.watch:
+            hits = [r for r in records if matches(r.name, pattern)]
+            if not hits:
+                continue
+            first = _explaining_record(hits, pattern)
+            found.append({
+                "pattern": pattern, "module": first.name, "count": len(hits), "duration": first.duration,
+                "chain": self.recorder.link_texts(first.name),
+                "trigger": str(first.trigger) if first.trigger is not None else None,
+            })
+        modules = [_module_entry(r, self.offset(r.started)) for r in records] if self.list_modules else []
+        return len(records), modules, found
+
     def summary(self) -> Summary:
         """What the reports (terminal, JSON, JUnit, budget, HTML) read, sent home with the teardown report.
 
@@ -220,32 +277,19 @@ class ProbeState:
         with a first load here, the module that explains it with its import
         chain. Chains are kept for watched modules only, to stay small.
         """
-        watch = self.watch
-        by_phase: dict[str, list[ImportRecord]] = {}
-        records = self.recorder.records
-        ours = [r for r in self.recorder.attempts[self.attempts_before:]  # this test's, in load order
-                if r.status in ("loaded", "untracked") and records.get(r.name) is r]
-        for record in sorted(ours, key=lambda r: r.started):
-            by_phase.setdefault(record.phase, []).append(record)
+        by_phase = self._imports_by_phase()
         spans = [(span.name, span.parent, self.offset(span.started), span.duration) for span in self.phases]
         named = {span.name for span in self.phases}
         # loads between the test's start and its first runner phase keep the phase they happened in
-        spans[:0] = [(name, None, self.offset(records[0].started), 0.0)
-                     for name, records in by_phase.items() if name not in named]
+        spans[:0] = [(name, None, self.offset((frozen or own)[0].started), 0.0)
+                     for name, (frozen, own) in by_phase.items() if name not in named]
 
-        def watched(records: list[ImportRecord]) -> list[dict]:
-            found = []
-            for pattern in watch:
-                hits = [r for r in records if matches(r.name, pattern)]
-                if not hits:
-                    continue
-                first = _explaining_record(hits, pattern)
-                found.append({
-                    "pattern": pattern, "module": first.name, "count": len(hits), "duration": first.duration,
-                    "chain": self.recorder.link_texts(first.name),
-                    "trigger": str(first.trigger) if first.trigger is not None else None,
-                })
-            return found
+        def imports_of(name: str) -> tuple[int, list[dict], list[dict]]:
+            frozen, own = by_phase.get(name, ([], []))
+            if not frozen:
+                return self.phase_imports(own)
+            part = self._frozen.imports_of(name, frozen, self)
+            return merge_imports(part, self.phase_imports(own), self.watch) if own else part
 
         device_calls = self._device_call_summary()
         spans += [(name, None, spans[-1][2] if spans else 0.0, 0.0) for name in device_calls
@@ -258,14 +302,11 @@ class ProbeState:
             baseline=self.baseline_label,
             preload=tuple(self.preload),
             blocked=tuple(self.blocker.blocked),
-            watch=tuple(watch),
+            watch=tuple(self.watch),
             inductor_cache=inductor_cache.state(self.cache_counters, inductor_cache.snapshot()),
             phases=tuple(
                 {"name": name, "parent": parent, "start": start, "duration": duration,
-                 "module_count": len(by_phase.get(name, [])),
-                 "modules": [_module_entry(r, self.offset(r.started)) for r in by_phase.get(name, [])]
-                 if self.list_modules else [],
-                 "watched": watched(by_phase.get(name, [])),
+                 **dict(zip(("module_count", "modules", "watched"), imports_of(name))),
                  "device_calls": device_calls.get(name, [])}
                 for name, parent, start, duration in spans
             ),
@@ -304,6 +345,42 @@ class ProbeState:
         if short:
             return text
         return text + "\n" + format_chain(self.recorder, name)
+
+
+def merge_imports(earlier: tuple[int, list[dict], list[dict]], later: tuple[int, list[dict], list[dict]],
+                  watch: tuple[str, ...]) -> tuple[int, list[dict], list[dict]]:
+    """One phase's :meth:`ProbeState.phase_imports` from those of its earlier and later loads: what it would be
+    for all of them at once (a pattern's module is the one it names exactly, else its first load)."""
+    before = {entry["pattern"]: entry for entry in earlier[2]}
+    after = {entry["pattern"]: entry for entry in later[2]}
+    watched = []
+    for pattern in watch:
+        first, then = before.get(pattern), after.get(pattern)
+        if first is None or then is None:
+            if first or then:
+                watched.append(first or then)
+            continue
+        chosen = then if first["module"] != pattern and then["module"] == pattern else first
+        watched.append({**chosen, "count": first["count"] + then["count"]})
+    return earlier[0] + later[0], [*earlier[1], *later[1]], watched
+
+
+@dataclass
+class FrozenImports:
+    """A module zygote's loads by phase, with each phase's summary part per (watch, list_modules)."""
+
+    #: how many import attempts there were when they were frozen: a child's own come after
+    mark: int
+    by_phase: dict[str, list[ImportRecord]] = field(default_factory=dict)
+    parts: dict[tuple, tuple[int, list[dict], list[dict]]] = field(default_factory=dict)
+
+    def imports_of(self, name: str, records: list[ImportRecord], state: ProbeState) -> tuple[int, list[dict], list[dict]]:
+        """:meth:`ProbeState.phase_imports` of a frozen phase, computed once per setting of what it reads.
+        A module's entries keep their start: the waits a child adds come after every frozen load."""
+        key = (name, state.watch, state.list_modules)
+        if key not in self.parts:
+            self.parts[key] = state.phase_imports(records)
+        return self.parts[key]
 
 
 def _module_entry(record: ImportRecord, start: float) -> dict:

@@ -194,3 +194,68 @@ def test_under_xdist_each_worker_keeps_its_own(pytester, run_pytest, fake_heavy_
     pytester.makepyfile(test_siblings=SIBLINGS, test_more=SIBLINGS)
     run = run_pytest("-n", "2")
     assert set(run.outcomes.values()) == {"passed"} and len(run.outcomes) == 8, run.text()
+
+
+FROZEN_SUMMARY = """
+import pytest
+
+pytestmark = pytest.mark.npu_lazy(preload=[])
+import heavy.core  # the collect phase of every test: heavy, heavy.core, heavy.helpers, frozen in the zygote
+
+@pytest.mark.parametrize("n", range(3))
+def test_case(n):
+    if n == 1:
+        import heavy.lazy  # a watched load of its own, in the test phase
+"""
+
+EARLY_IMPORT = """
+def pytest_runtest_logstart(nodeid, location):
+    if nodeid.endswith("[2]"):
+        import heavy.lazy  # in the child before setup: a load of its own in the frozen collect phase
+"""
+
+
+def _without_times(value):
+    """A report's phases with every time left out: two runs agree on everything else."""
+    if isinstance(value, dict):
+        return {k: _without_times(v) for k, v in value.items() if k not in ("start", "duration")}
+    if isinstance(value, list):
+        return [_without_times(v) for v in value]
+    return value
+
+
+def test_a_module_zygotes_frozen_imports_give_every_test_the_summary_of_its_own_collection(
+        pytester, run_pytest, fake_heavy_package):
+    """A module zygote groups its collection's loads once for every child (ProbeState.freeze_imports); each test's
+    phases, counts, module lists and watched chains must be what collecting alone gives it, including a child's
+    own load in the frozen phase (merged) and a later phase's."""
+    pytester.makepyfile(test_frozen=FROZEN_SUMMARY, early_import=EARLY_IMPORT)
+    pytester.makeini("[pytest]\nnpu_lazy_watch =\n    heavy\n    heavy.lazy\n    heavy.helpers\n")
+    reports = {}
+    for mode, extra in (("module zygotes", []), ("per-test collection", [PER_TEST])):
+        run = run_pytest("-p", "early_import", "--npu-lazy-json=out.json", "--npu-lazy-json-modules", *extra)
+        assert set(run.outcomes.values()) == {"passed"} and len(run.outcomes) == 3, run.text()
+        tests = json.loads((pytester.path / "out.json").read_text())["tests"]
+        reports[mode] = {test["nodeid"]: _without_times(test["phases"]) for test in tests}
+    assert reports["module zygotes"] == reports["per-test collection"]
+    collect = {nodeid: next(p for p in phases if p["name"] == "collect")
+               for nodeid, phases in reports["module zygotes"].items()}
+    merged = collect["test_frozen.py::test_case[2]"]
+    assert merged["module_count"] == collect["test_frozen.py::test_case[0]"]["module_count"] + 1
+    assert {w["pattern"]: (w["module"], w["count"]) for w in merged["watched"]} == {
+        "heavy": ("heavy", 4), "heavy.lazy": ("heavy.lazy", 1), "heavy.helpers": ("heavy.helpers", 1)}
+
+
+def test_merged_phase_imports_name_the_module_a_pattern_names_exactly():
+    from pytest_npu_lazy.probe.state import merge_imports
+
+    def entry(pattern, module, count):
+        return {"pattern": pattern, "module": module, "count": count, "duration": 0.1, "chain": [], "trigger": None}
+
+    earlier = (2, [{"name": "a.x"}], [entry("a", "a.x", 2), entry("b", "b", 1)])
+    later = (3, [{"name": "a"}], [entry("a", "a", 1), entry("c", "c.y", 1)])
+    count, modules, watched = merge_imports(earlier, later, ("c", "a", "b", "d"))
+    assert (count, [m["name"] for m in modules]) == (5, ["a.x", "a"])
+    assert [(w["pattern"], w["module"], w["count"]) for w in watched] == [("c", "c.y", 1), ("a", "a", 3), ("b", "b", 1)]
+    _, _, watched = merge_imports((1, [], [entry("a", "a", 1)]), (1, [], [entry("a", "a.z", 1)]), ("a",))
+    assert [(w["module"], w["count"]) for w in watched] == [("a", 2)]

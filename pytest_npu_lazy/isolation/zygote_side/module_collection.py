@@ -54,6 +54,7 @@ class ModuleCollection:
         config.pluginmanager.unregister(self.observer)
         register_relay(config)  # once for all its children, after the collection it must not observe
         self.index = self.prepare_items()
+        self.state.freeze_imports()
         self.forked = 0
 
     def prepare_items(self) -> dict[str, pytest.Item]:
