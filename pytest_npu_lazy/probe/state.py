@@ -231,11 +231,11 @@ class ProbeState:
         here too, for the settings the zygote collected with (a child with other settings computes them).
         """
         self.recorder.sweep()
-        frozen = FrozenImports(len(self.recorder.attempts))
-        for record in self._own_records(self.attempts_before):
-            frozen.by_phase.setdefault(record.phase, []).append(record)
-        for name, records in frozen.by_phase.items():
-            frozen.imports_of(name, records, self)
+        self._frozen = None
+        frozen = FrozenImports(len(self.recorder.attempts),
+                               {name: own for name, (_, own) in self._imports_by_phase().items()})
+        for name in frozen.by_phase:
+            frozen.imports_of(name, self)
         self._frozen = frozen
 
     def _imports_by_phase(self) -> dict[str, tuple[list[ImportRecord], list[ImportRecord]]]:
@@ -288,7 +288,7 @@ class ProbeState:
             frozen, own = by_phase.get(name, ([], []))
             if not frozen:
                 return self.phase_imports(own)
-            part = self._frozen.imports_of(name, frozen, self)
+            part = self._frozen.imports_of(name, self)
             return merge_imports(part, self.phase_imports(own), self.watch) if own else part
 
         device_calls = self._device_call_summary()
@@ -374,12 +374,12 @@ class FrozenImports:
     by_phase: dict[str, list[ImportRecord]] = field(default_factory=dict)
     parts: dict[tuple, tuple[int, list[dict], list[dict]]] = field(default_factory=dict)
 
-    def imports_of(self, name: str, records: list[ImportRecord], state: ProbeState) -> tuple[int, list[dict], list[dict]]:
+    def imports_of(self, name: str, state: ProbeState) -> tuple[int, list[dict], list[dict]]:
         """:meth:`ProbeState.phase_imports` of a frozen phase, computed once per setting of what it reads.
         A module's entries keep their start: the waits a child adds come after every frozen load."""
         key = (name, state.watch, state.list_modules)
         if key not in self.parts:
-            self.parts[key] = state.phase_imports(records)
+            self.parts[key] = state.phase_imports(self.by_phase[name])
         return self.parts[key]
 
 

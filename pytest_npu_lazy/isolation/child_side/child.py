@@ -248,7 +248,8 @@ class TestRun:
         already chose to run it, and a filter here must not undo that. Say why when it is not there.
         ``index``: those items by node id, where a module zygote built it once for all its children."""
         self.collected = True
-        self.item = identify(self.target, [*items, *self.relay.deselected], index)
+        deselected = self.relay.deselected  # usually none: then the items are not copied (a copy touches each)
+        self.item = identify(self.target, [*items, *deselected] if deselected else items, index)
 
     def execute(self) -> None:
         if not self.collected:
