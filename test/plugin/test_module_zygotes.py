@@ -173,6 +173,58 @@ def test_a_module_zygote_is_reaped_after_its_last_test(pytester, run_pytest):
     assert set(run.outcomes.values()) == {"passed"}, run.text()
 
 
+def test_the_next_modules_zygote_collects_while_this_module_runs(pytester, run_pytest):
+    """The first test of a module must not wait for its module's import: that zygote starts one module ahead.
+
+    test_first's first test looks for a second module zygote beside its own (a child of the same baseline
+    zygote) while it runs; test_second's test must be forked from that one.
+    """
+    pytester.makepyfile(test_first="""
+        import os, time, pytest
+
+        pytestmark = pytest.mark.npu_lazy(preload=[])
+
+        def module_zygotes_beside(own: int, baseline: int) -> list[int]:
+            found = []
+            for entry in os.listdir("/proc"):
+                if not entry.isdigit() or int(entry) == own:
+                    continue
+                try:
+                    with open(f"/proc/{entry}/stat") as stat:
+                        parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+                    with open(f"/proc/{entry}/comm") as comm:
+                        name = comm.read().strip()
+                except (OSError, ValueError, IndexError):
+                    continue
+                if parent == baseline and name == "npu-lazy module":
+                    found.append(int(entry))
+            return found
+
+        def test_one(tmp_path_factory):
+            own = os.getppid()
+            with open(f"/proc/{own}/stat") as stat:
+                baseline = int(stat.read().rsplit(")", 1)[1].split()[1])
+            deadline = time.monotonic() + 10
+            while not (ahead := module_zygotes_beside(own, baseline)):
+                assert time.monotonic() < deadline, "no module zygote for test_second.py started while test_first.py ran"
+                time.sleep(0.01)
+            (tmp_path_factory.getbasetemp() / "ahead").write_text(" ".join(map(str, ahead)))
+
+        def test_two():
+            pass
+    """, test_second="""
+        import os, pytest
+
+        @pytest.mark.npu_lazy(preload=[])
+        def test_forked_from_the_zygote_started_ahead(tmp_path_factory):
+            ahead = (tmp_path_factory.getbasetemp() / "ahead").read_text().split()
+            assert str(os.getppid()) in ahead, (os.getppid(), ahead)
+    """)
+    run = run_pytest(f"--basetemp={pytester.path / 'basetemp'}", basetemp=False)
+    assert run.outcomes == {"test_first.py::test_one": "passed", "test_first.py::test_two": "passed",
+                            "test_second.py::test_forked_from_the_zygote_started_ahead": "passed"}, run.text()
+
+
 @pytest.mark.parametrize("option, value", [("--npu-lazy-module-zygotes", "-1"), ("--npu-lazy-module-zygotes", "x")])
 def test_bad_bound_is_refused_naming_the_fix(pytester, option, value):
     pytester.makepyfile(test_x="def test_x():\n    pass\n")

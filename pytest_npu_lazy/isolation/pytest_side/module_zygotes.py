@@ -12,6 +12,12 @@ A module whose zygote could not be used (it died importing the module,
 refused to fork, did not collect within the test's timeout) runs its tests
 as before: each child imports and collects its own test, so the outcome is
 the one an isolated test always had.
+
+Where the pytest process knows the order of its tests, the module zygote of
+the next module starts while the current module's tests run (:meth:`following`),
+so the first test of a module does not wait for its module's import and
+collection, a wait the median cost per test hides and the session's wall
+time does not.
 """
 
 from __future__ import annotations
@@ -77,15 +83,38 @@ class ModuleZygotes:
         self.memory: dict[ModuleKey, int] = {}
         #: module zygotes whose child runs a test now: stopping one would kill that test
         self.busy: set[ModuleKey] = set()
+        #: the modules in the order their tests run, each run with its first test (item, settings)
+        self.runs: list[tuple[ModuleKey, tuple[pytest.Item, TestSettings]]] = []
+        self._run_at = 0
 
     @property
     def enabled(self) -> bool:
         return self.limit > 0
 
-    def expect(self, key: ModuleKey | None) -> None:
+    def expect(self, key: ModuleKey | None, item: pytest.Item, settings: TestSettings) -> None:
         """One more test of ``key`` will run here (counted at collection, when the process runs all it collected)."""
         if key is not None and self.counting:
             self.remaining[key] += 1
+            if not self.runs or self.runs[-1][0] != key:
+                self.runs.append((key, (item, settings)))
+
+    def following(self, key: ModuleKey) -> tuple[ModuleKey, tuple[pytest.Item, TestSettings]] | None:
+        """The module whose tests run after this run of ``key``'s, with its first test; None after the last.
+
+        Runs are passed in order (a module can run twice, when a plugin reorders tests across files)."""
+        for at in range(self._run_at, len(self.runs)):
+            if self.runs[at][0] == key:
+                self._run_at = at
+                return self.runs[at + 1] if at + 1 < len(self.runs) else None
+        return None
+
+    def room_ahead(self) -> bool:
+        """Whether one more may start before it is needed: without stopping one, under the count and, if it
+        is as large as the largest so far, under the memory limit."""
+        if len(self.live) >= self.limit:
+            return False
+        largest = max(self.memory.values(), default=0)
+        return sum(self.memory.get(key, 0) for key in self.live) + largest <= self.memory_limit
 
     def get(self, key: ModuleKey):
         zygote = self.live.get(key)

@@ -117,6 +117,12 @@ class ZygoteHandle:
             raise ZygoteError(f"the zygote (pid {self.pid}, {self.label}) died{why}") from None
         return None if message is None else Accepts.dispatch(self, message, fds)
 
+    def poll(self) -> None:
+        """Read one message it has sent, if any, without waiting: a zygote started ahead of its tests
+        says Ready while another module's tests run, and nobody waits on its channel then."""
+        if not self.ready:
+            self._pump(0)
+
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
         while not self.ready:
@@ -317,7 +323,14 @@ class ZygotePool:
         return child
 
     def prepare(self, item, settings) -> None:
-        """Let a spare child collect the next test while this one runs (not while a preload is running)."""
+        """Let a spare child collect the next test while this one runs (not while a preload is running),
+        and start the next module's zygote while this module's tests run."""
+        try:
+            self._prepare_child(item, settings)
+        finally:
+            self._start_ahead(item, settings)
+
+    def _prepare_child(self, item, settings) -> None:
         base = self._zygotes.get(settings.baseline)
         if item.nodeid in self._prepared or base is None or not base.ready or base.error:
             return
@@ -338,7 +351,38 @@ class ZygotePool:
     def expect(self, item, settings) -> None:
         """``item`` will run in this process: its module zygote goes after its module's last test."""
         if self.modules.enabled and settings.isolation == "fork":
-            self.modules.expect(module_key(item, settings))
+            self.modules.expect(module_key(item, settings), item, settings)
+
+    def _start_ahead(self, item, settings) -> None:
+        """While ``item``'s module runs, have the next module's zygote import and collect it, then fork its
+        first child: its first test then waits for a message, as every other test does, not for an import.
+
+        One module ahead, only from a module whose own zygote is up, and only where it fits the count and
+        memory limits without stopping another. The first time it is seen ready is handled as in
+        :meth:`_zygote_for` (its collection's warnings, its memory).
+        """
+        key = module_key(item, settings) if self.modules.enabled and settings.isolation == "fork" else None
+        current = self.modules.live.get(key) if key is not None else None
+        if current is None or not current.ready:
+            return
+        ahead = self.modules.following(key)
+        if ahead is None:
+            return
+        next_key, (next_item, next_settings) = ahead
+        zygote = self.modules.live.get(next_key)
+        if zygote is None:
+            base = self._zygotes.get(next_settings.baseline)
+            if (next_key in self.modules.unusable or not self.modules.room_ahead()
+                    or base is None or not base.ready or base.error):
+                return
+        elif zygote.ready:
+            return
+        try:
+            zygote = self._zygote_for(next_item, next_settings, wait=False)  # started, or polled
+            if zygote.ready and zygote.what and not zygote.error:
+                zygote.request_fork()  # its first test's spare child, forked now
+        except (ZygoteError, OSError):
+            return  # the next module's first test finds out, as it did before it was started ahead
 
     def release(self, item, settings) -> None:
         """``item``'s child is done (the Launcher contract): stop its module zygote if that was the last test."""
@@ -364,9 +408,9 @@ class ZygotePool:
                 self.modules.unusable.add(key)
                 return base
             self.modules.add(key, zygote)
-        if wait and not zygote.ready:
+        if not zygote.ready:
             try:  # within the test's timeout: past it, the test's own child shows where the import hangs
-                zygote.wait_ready(settings.timeout or READY_TIMEOUT)
+                zygote.wait_ready(settings.timeout or READY_TIMEOUT) if wait else zygote.poll()
             except ZygoteError:
                 self.modules.give_up(key)
                 return base
