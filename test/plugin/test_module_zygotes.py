@@ -311,3 +311,20 @@ def test_merged_phase_imports_name_the_module_a_pattern_names_exactly():
     assert [(w["pattern"], w["module"], w["count"]) for w in watched] == [("c", "c.y", 1), ("a", "a", 3), ("b", "b", 1)]
     _, _, watched = merge_imports((1, [], [entry("a", "a", 1)]), (1, [], [entry("a", "a.z", 1)]), ("a",))
     assert [(w["module"], w["count"]) for w in watched] == [("a", 2)]
+
+
+def test_zygotes_start_ahead_for_the_modules_that_run_next_in_order():
+    """The runs ahead of a module: in run order, up to the first more than AHEAD_TESTS tests away, the
+    cursor moving forward so a module that runs twice gets the modules after its current run."""
+    from pytest_npu_lazy.isolation.pytest_side.module_zygotes import AHEAD_TESTS, ModuleZygotes
+
+    zygotes = ModuleZygotes(4, 2 ** 31, counting=True)
+    order = ["a"] * 3 + ["b"] + ["c"] * (AHEAD_TESTS + 5) + ["d"] + ["a"] * 2
+    for n, key in enumerate(order):
+        zygotes.expect(key, f"item {n}", "settings")
+    assert [(run.key, run.item, run.tests) for run in zygotes.ahead_of("a")] == [
+        ("b", "item 3", 1), ("c", "item 4", AHEAD_TESTS + 5)]
+    assert [run.key for run in zygotes.ahead_of("c")] == ["d", "a"]
+    assert zygotes.ahead_of("a") == [], "the second run of a is the last"
+    assert zygotes.ahead_of("b") == [], "b ran before: the cursor does not go back"
+    assert ModuleZygotes(4, 2 ** 31, counting=False).ahead_of("a") == []  # under xdist: order unknown

@@ -13,8 +13,8 @@ refused to fork, did not collect within the test's timeout) runs its tests
 as before: each child imports and collects its own test, so the outcome is
 the one an isolated test always had.
 
-Where the pytest process knows the order of its tests, the module zygote of
-the next module starts while the current module's tests run (:meth:`following`),
+Where the pytest process knows the order of its tests, the module zygotes of
+the next modules start while the current module's tests run (:meth:`ahead_of`),
 so the first test of a module does not wait for its module's import and
 collection, a wait the median cost per test hides and the session's wall
 time does not.
@@ -29,6 +29,20 @@ import pytest
 
 from ...settings import Baseline, TestSettings
 from ..target import Target
+
+
+#: how far ahead module zygotes start: the modules whose first test is at most this many tests away
+AHEAD_TESTS = 20
+
+
+@dataclass
+class ModuleRun:
+    """Consecutive tests of one module zygote's, as they will run: its key, its first test, how many."""
+
+    key: "ModuleKey"
+    item: pytest.Item
+    settings: TestSettings
+    tests: int = 1
 
 
 @dataclass(frozen=True)
@@ -83,8 +97,8 @@ class ModuleZygotes:
         self.memory: dict[ModuleKey, int] = {}
         #: module zygotes whose child runs a test now: stopping one would kill that test
         self.busy: set[ModuleKey] = set()
-        #: the modules in the order their tests run, each run with its first test (item, settings)
-        self.runs: list[tuple[ModuleKey, tuple[pytest.Item, TestSettings]]] = []
+        #: the modules in the order their tests run (a module twice where a plugin reorders across files)
+        self.runs: list[ModuleRun] = []
         self._run_at = 0
 
     @property
@@ -95,18 +109,27 @@ class ModuleZygotes:
         """One more test of ``key`` will run here (counted at collection, when the process runs all it collected)."""
         if key is not None and self.counting:
             self.remaining[key] += 1
-            if not self.runs or self.runs[-1][0] != key:
-                self.runs.append((key, (item, settings)))
+            if self.runs and self.runs[-1].key == key:
+                self.runs[-1].tests += 1
+            else:
+                self.runs.append(ModuleRun(key, item, settings))
 
-    def following(self, key: ModuleKey) -> tuple[ModuleKey, tuple[pytest.Item, TestSettings]] | None:
-        """The module whose tests run after this run of ``key``'s, with its first test; None after the last.
-
-        Runs are passed in order (a module can run twice, when a plugin reorders tests across files)."""
+    def ahead_of(self, key: ModuleKey) -> list[ModuleRun]:
+        """The runs after this run of ``key``'s, nearest first, up to the first one more than
+        :data:`AHEAD_TESTS` tests away; none where the order is not known (under pytest-xdist)."""
         for at in range(self._run_at, len(self.runs)):
-            if self.runs[at][0] == key:
+            if self.runs[at].key == key:
                 self._run_at = at
-                return self.runs[at + 1] if at + 1 < len(self.runs) else None
-        return None
+                break
+        else:
+            return []
+        ahead, between = [], 0
+        for run in self.runs[at + 1:]:
+            if between > AHEAD_TESTS:
+                break
+            ahead.append(run)
+            between += run.tests
+        return ahead
 
     def room_ahead(self) -> bool:
         """Whether one more may start before it is needed: without stopping one, under the count and, if it

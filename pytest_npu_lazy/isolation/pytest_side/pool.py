@@ -354,35 +354,35 @@ class ZygotePool:
             self.modules.expect(module_key(item, settings), item, settings)
 
     def _start_ahead(self, item, settings) -> None:
-        """While ``item``'s module runs, have the next module's zygote import and collect it, then fork its
-        first child: its first test then waits for a message, as every other test does, not for an import.
+        """While ``item``'s module runs, have the next modules' zygotes import and collect theirs, then fork
+        each one's first child: the first test of a module then waits for a message, as every other test
+        does, not for an import.
 
-        One module ahead, only from a module whose own zygote is up, and only where it fits the count and
-        memory limits without stopping another. The first time it is seen ready is handled as in
-        :meth:`_zygote_for` (its collection's warnings, its memory).
+        Only from a module whose own zygote is up, one new start per test (their imports share the CPU with
+        the tests), and only where it fits the count and memory limits without stopping another. The first
+        time one is seen ready is handled as in :meth:`_zygote_for` (its collection's warnings, its memory).
         """
         key = module_key(item, settings) if self.modules.enabled and settings.isolation == "fork" else None
         current = self.modules.live.get(key) if key is not None else None
         if current is None or not current.ready:
             return
-        ahead = self.modules.following(key)
-        if ahead is None:
-            return
-        next_key, (next_item, next_settings) = ahead
-        zygote = self.modules.live.get(next_key)
-        if zygote is None:
-            base = self._zygotes.get(next_settings.baseline)
-            if (next_key in self.modules.unusable or not self.modules.room_ahead()
-                    or base is None or not base.ready or base.error):
-                return
-        elif zygote.ready:
-            return
-        try:
-            zygote = self._zygote_for(next_item, next_settings, wait=False)  # started, or polled
-            if zygote.ready and zygote.what and not zygote.error:
-                zygote.request_fork()  # its first test's spare child, forked now
-        except (ZygoteError, OSError):
-            return  # the next module's first test finds out, as it did before it was started ahead
+        for run in self.modules.ahead_of(key):
+            zygote = self.modules.live.get(run.key)
+            if zygote is not None and zygote.ready:
+                continue
+            if zygote is None:
+                base = self._zygotes.get(run.settings.baseline)
+                if (run.key in self.modules.unusable or not self.modules.room_ahead()
+                        or base is None or not base.ready or base.error):
+                    return
+            try:
+                zygote = self._zygote_for(run.item, run.settings, wait=False)  # started, or polled
+                if zygote.ready and zygote.what and not zygote.error:
+                    zygote.request_fork()  # its first test's spare child, forked now
+            except (ZygoteError, OSError):
+                return  # that module's first test finds out, as it did before it was started ahead
+            if not zygote.ready:
+                return  # one import at a time
 
     def release(self, item, settings) -> None:
         """``item``'s child is done (the Launcher contract): stop its module zygote if that was the last test."""
