@@ -185,15 +185,13 @@ def bench(args, env: dict, work: Path, run_pytest, per_test, forked_python, log)
             row["columns"][column] = entry
             log(f"modules/{key}/{column}: median {entry.get('marginal', {}).get('median_ms')} ms, "
                 f"{entry.get('outcomes')}")
-        forked_ms = row["columns"].get("forked", {}).get("marginal", {}).get("median_ms")
-        module_ms = row["columns"]["module"].get("marginal", {}).get("median_ms")
+        forked_ms, module_ms = marginal(row, "forked"), marginal(row, "module")
         if forked_ms and module_ms:
             row["module_over_forked"] = round(module_ms / forked_ms, 2)
-        forked_mean = row["columns"].get("forked", {}).get("marginal", {}).get("mean_ms")
-        module_mean = row["columns"]["module"].get("marginal", {}).get("mean_ms")
+        forked_mean, module_mean = marginal(row, "forked", "mean_ms"), marginal(row, "module", "mean_ms")
         if forked_mean and module_mean:  # the mean counts the first test of each module too; the median does not
             row["module_over_forked_mean"] = round(module_mean / forked_mean, 2)
-        per_test_ms = row["columns"]["per_test"].get("marginal", {}).get("median_ms")
+        per_test_ms = marginal(row, "per_test")
         if per_test_ms and module_ms:
             row["per_test_over_module"] = round(per_test_ms / module_ms, 2)
         rows[key] = row
@@ -202,16 +200,18 @@ def bench(args, env: dict, work: Path, run_pytest, per_test, forked_python, log)
                       "(benchmarks/timing.py); the first test is startup"}
 
 
+def marginal(row: dict, column: str, statistic: str = "median_ms") -> float | None:
+    """One statistic of a column's marginal cost per test in a row; None where it did not run or failed."""
+    return row.get("columns", {}).get(column, {}).get("marginal", {}).get(statistic)
+
+
 def figures(result: dict) -> dict:
     rows = result.get("rows", {})
     if not rows:
         return {}
     ratios = [row["module_over_forked"] for row in rows.values() if "module_over_forked" in row]
 
-    def module_ms(key: str):
-        return rows.get(key, {}).get("columns", {}).get("module", {}).get("marginal", {}).get("median_ms")
-
-    trivial, heavy = module_ms("trivial"), module_ms("heavy_import")
+    trivial, heavy = marginal(rows.get("trivial", {}), "module"), marginal(rows.get("heavy_import", {}), "module")
     means = [row["module_over_forked_mean"] for row in rows.values() if "module_over_forked_mean" in row]
     return {"module_trivial_ms": trivial,
             "module_over_forked_worst": max(ratios) if ratios else None,

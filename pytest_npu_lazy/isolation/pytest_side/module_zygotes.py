@@ -124,11 +124,11 @@ class ModuleZygotes:
         else:
             return []
         ahead, between = [], 0
-        for run in self.runs[at + 1:]:
+        for index in range(at + 1, len(self.runs)):  # not a slice: that copies the rest at every test
             if between > AHEAD_TESTS:
                 break
-            ahead.append(run)
-            between += run.tests
+            ahead.append(self.runs[index])
+            between += self.runs[index].tests
         return ahead
 
     def room_ahead(self) -> bool:
@@ -137,7 +137,11 @@ class ModuleZygotes:
         if len(self.live) >= self.limit:
             return False
         largest = max(self.memory.values(), default=0)
-        return sum(self.memory.get(key, 0) for key in self.live) + largest <= self.memory_limit
+        return self._held() + largest <= self.memory_limit
+
+    def _held(self) -> int:
+        """The private memory the live ones hold, as last measured."""
+        return sum(self.memory.get(key, 0) for key in self.live)
 
     def get(self, key: ModuleKey):
         zygote = self.live.get(key)
@@ -151,7 +155,7 @@ class ModuleZygotes:
     def measured(self, key: ModuleKey, pid: int) -> None:
         """After its collection: what it holds; stop the least recently used while over a limit."""
         self.memory[key] = private_bytes(pid)
-        while len(self.live) > self.limit or sum(self.memory.get(k, 0) for k in self.live) > self.memory_limit:
+        while len(self.live) > self.limit or self._held() > self.memory_limit:
             if not self._stop_oldest(keep=key):
                 break
 

@@ -324,15 +324,20 @@ class ZygotePool:
 
     def prepare(self, item, settings) -> None:
         """Let a spare child collect the next test while this one runs (not while a preload is running),
-        and start the next module's zygote while this module's tests run."""
+        and start the next modules' zygotes while this module's tests run."""
         try:
             self._prepare_child(item, settings)
         finally:
             self._start_ahead(item, settings)
 
+    def _ready_base(self, baseline: Baseline) -> ZygoteHandle | None:
+        """The baseline's zygote if it has finished its preload without error: only then is it asked for
+        anything ahead of a test (a preload still running is waited for by the test that needs it)."""
+        base = self._zygotes.get(baseline)
+        return base if base is not None and base.ready and not base.error else None
+
     def _prepare_child(self, item, settings) -> None:
-        base = self._zygotes.get(settings.baseline)
-        if item.nodeid in self._prepared or base is None or not base.ready or base.error:
+        if item.nodeid in self._prepared or self._ready_base(settings.baseline) is None:
             return
         try:
             zygote = self._zygote_for(item, settings, wait=False)
@@ -370,11 +375,9 @@ class ZygotePool:
             zygote = self.modules.live.get(run.key)
             if zygote is not None and zygote.ready:
                 continue
-            if zygote is None:
-                base = self._zygotes.get(run.settings.baseline)
-                if (run.key in self.modules.unusable or not self.modules.room_ahead()
-                        or base is None or not base.ready or base.error):
-                    return
+            if zygote is None and (run.key in self.modules.unusable or not self.modules.room_ahead()
+                                   or self._ready_base(run.settings.baseline) is None):
+                return
             try:
                 zygote = self._zygote_for(run.item, run.settings, wait=False)  # started, or polled
                 if zygote.ready and zygote.what and not zygote.error:
