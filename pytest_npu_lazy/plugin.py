@@ -68,10 +68,14 @@ def _activate_cann(config: pytest.Config) -> None:
     from .probe.device_calls import DEVICE_CALLS
 
     DEVICE_CALLS.start(lambda: RECORDER.phase, status.active)  # zygotes and children inherit it
-    if status.active == "emulate":
+    if status.active in ("emulate", "compute"):
         from .cann import triton_driver
 
         RECORDER.on_load("triton.backends", triton_driver.install)
+    if status.active == "compute":
+        from .cann import compute
+
+        compute.install(RECORDER.on_load)
 
 
 def pytest_configure(config: pytest.Config) -> None:

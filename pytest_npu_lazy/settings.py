@@ -42,7 +42,8 @@ INI = {
                                       "pages), e.g. 2GiB or 512MiB; the least recently used stop first",
                                       "string", "2GiB"),
     "npu_lazy_cann": ("CANN for torch_npu: auto (real if it loads, else the host stub), real, stub, "
-                      "emulate (an emulated NPU: device paths run, kernels do not) or off",
+                      "emulate (an emulated NPU: device paths run, kernels do not), compute (the emulated NPU "
+                      "computes: eager ops by ATen's CPU kernels, Triton kernels interpreted) or off",
                       "string", "auto"),
 }
 ENV = {
@@ -133,7 +134,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--npu-lazy-cann", choices=CANN_MODES, default=None,
                     help="CANN for torch_npu: auto (default: real CANN if it loads, else the host stub "
                          f"when torch_npu is installed), real, stub, emulate (an emulated NPU: device "
-                         f"discovery and initialisation run, kernels are refused), or off; env {ENV['cann']}. "
+                         f"discovery and initialisation run, kernels are refused), compute (the emulated NPU "
+                         "computes: eager operators by ATen's CPU kernels on its host memory, torch_npu's Triton "
+                         f"kernels in Triton's interpreter), or off; env {ENV['cann']}. "
                          f"Stub and emulation are built in {ENV_CACHE} (default ~/.cache/pytest-npu-lazy); "
                          f"{ENV_TRACE}=1 makes them log each call to stderr")
     group.addoption("--npu-lazy-module-zygotes", type=int, default=None, metavar="N",

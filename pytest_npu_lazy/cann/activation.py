@@ -26,6 +26,7 @@ from .build import (
 )
 from .common import (
     ENV_CACHE,
+    EMULATED_MODES,
     ENV_MODE,
     GENERATOR_VERSION,
     MANIFEST_NAME,
@@ -43,8 +44,8 @@ class CannStatus:
     """What activate() did, in a form the plugin can print and hand to child processes."""
 
     requested: str
-    active: str  # "real" | "stub" | "emulate" | "off" | "absent"
-    version: str | None  # real CANN's release; under "emulate", the emulated Ascend model
+    active: str  # "real" | "stub" | "emulate" | "compute" | "off" | "absent"
+    version: str | None  # real CANN's release; under "emulate" and "compute", the emulated Ascend model
     stub_dir: str | None
     detail: str
     location: str | None = None  # real CANN's toolkit directory
@@ -58,6 +59,10 @@ class CannStatus:
         counts = f"{self.sonames} sonames, {self.symbols} symbols"
         if self.active == "stub":
             return f"CANN: host stub - no NPU device ({counts}; {self.stub_dir})"
+        if self.active == "compute":
+            from .compute import describe
+
+            return (f"CANN: emulated NPU ({self.version}) that computes - {describe()} ({counts}; {self.stub_dir})")
         if self.active == "emulate":
             return (f"CANN: emulated NPU ({self.version}) - device paths run, kernels do not ({counts}; {self.stub_dir}); "
                     "its Triton driver answers target and core counts, compiles and launches nothing")
@@ -73,7 +78,7 @@ class CannStatus:
         LD_LIBRARY_PATH lets even a child that never imports this plugin (a bare
         `python -c "import torch_npu"`) find the same libraries by soname.
         """
-        env = {ENV_MODE: self.active if self.active in ("real", "stub", "emulate", "off") else self.requested}
+        env = {ENV_MODE: self.active if self.active in ("real", "stub", *EMULATED_MODES, "off") else self.requested}
         if self.cache_dir:
             env[ENV_CACHE] = self.cache_dir
         if self.library_dirs:
@@ -230,7 +235,8 @@ def _activate_real(mode: str, spec: StubSpec, cache_root: Path) -> CannStatus | 
     )
 
 
-def _activate_stub(mode: str, spec: StubSpec, cache_root: Path, why: str, emulate: bool = False) -> CannStatus:
+def _activate_stub(mode: str, spec: StubSpec, cache_root: Path, why: str, emulate: str | None = None) -> CannStatus:
+    """Load the host stub, or with ``emulate`` ("emulate" or "compute") the emulated NPU, before torch."""
     if "torch" in sys.modules:
         what = "the emulated NPU" if emulate else "the CANN host stub"
         raise CannError(
@@ -238,9 +244,11 @@ def _activate_stub(mode: str, spec: StubSpec, cache_root: Path, why: str, emulat
             "Load the plugin first (it is loaded through its pytest11 entry point, or pass -p npu_lazy) "
             "and move any `import torch` out of code that runs before it (conftest.py plugins, sitecustomize)."
         )
-    stub_dir = build_stub(spec, cache_root, emulate=emulate)
+    stub_dir = build_stub(spec, cache_root, emulate=bool(emulate))
     load_stub(stub_dir)
-    if emulate:
+    if emulate == "compute":
+        detail = f"{emulation.MODEL.describe()}; eager operators and Triton kernels compute on the host ({why})"
+    elif emulate:
         detail = f"{emulation.MODEL.describe()}; compute calls are refused ({why})"
     else:
         detail = f"every CANN call fails with {NO_DEVICE_ERROR} ({why})"
@@ -248,10 +256,10 @@ def _activate_stub(mode: str, spec: StubSpec, cache_root: Path, why: str, emulat
 
 
 def _stub_status(mode: str, stub_dir: Path, detail: str, sonames: int, symbols: int, cache_root: Path,
-                 emulate: bool = False) -> CannStatus:
+                 emulate: str | None = None) -> CannStatus:
     return CannStatus(
         requested=mode,
-        active="emulate" if emulate else "stub",
+        active=emulate or "stub",
         version=emulation.MODEL.soc_name if emulate else None,
         stub_dir=str(stub_dir),
         detail=f"emulated NPU: {detail}" if emulate else f"CANN host stub, no NPU device: {detail}",
@@ -277,11 +285,14 @@ def _already_imported(mode: str, cache_root: Path) -> CannStatus:
     stub_dir = _mapped_stub_dir()
     manifest = _read_manifest(stub_dir) if stub_dir is not None else {}
     emulated = "emulation" in manifest
-    if stub_dir is not None and mode in ("auto", "emulate" if emulated else "stub"):
+    if stub_dir is not None and mode in ("auto", *(EMULATED_MODES if emulated else ("stub",))):
         detail = f"torch_npu was already imported with the {'emulation' if emulated else 'stub'} in {stub_dir}"
+        active = None  # the stub; with the emulation, the mode asked for here or by the parent process
+        if emulated:
+            active = mode if mode in EMULATED_MODES else "compute" if os.environ.get(ENV_MODE) == "compute" else "emulate"
         return _stub_status(mode, stub_dir, detail, len(manifest["libraries"]), manifest["total_symbols"], cache_root,
-                            emulated)
-    if stub_dir is None and mode not in ("stub", "emulate"):
+                            active)
+    if stub_dir is None and mode not in ("stub", *EMULATED_MODES):
         root = _toolkit_root({})
         version = _cann_version([root] if root else [])
         detail = "torch_npu was already imported, with the CANN of the environment"
@@ -316,8 +327,9 @@ def _activate(mode: str, cache_root: Path) -> CannStatus:
     if "torch_npu" in sys.modules:
         return _already_imported(mode, cache_root)
     spec = _installed_spec(package_dir, cache_root)
-    if mode in ("stub", "emulate"):
-        return _activate_stub(mode, spec, cache_root, f"requested with mode {mode!r}", emulate=mode == "emulate")
+    if mode in ("stub", *EMULATED_MODES):
+        return _activate_stub(mode, spec, cache_root, f"requested with mode {mode!r}",
+                              emulate=mode if mode in EMULATED_MODES else None)
     outcome = _activate_real(mode, spec, cache_root)
     if isinstance(outcome, CannStatus):
         return outcome

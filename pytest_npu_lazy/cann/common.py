@@ -6,7 +6,9 @@ import hashlib
 from importlib import metadata
 from pathlib import Path
 
-MODES = ("auto", "real", "stub", "emulate", "off")
+MODES = ("auto", "real", "stub", "emulate", "compute", "off")
+# the modes that load the emulated NPU: "compute" is "emulate" whose device also computes (cann/compute/)
+EMULATED_MODES = ("emulate", "compute")
 
 # The device-call recorder every stub and the emulation link against (DT_NEEDED), built first.
 RECORDER_SOURCE = Path(__file__).with_name("device_calls.c")

@@ -139,10 +139,17 @@ EXPORT long npu_lazy_emulation_refuse(const char *name, const char *what)
 {
     char line[1024];
     npu_lazy_device_call(name, ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT);
-    snprintf(last_message, sizeof last_message,
-             "the emulated NPU (" NPU_LAZY_SOC_NAME ") cannot run kernels: %s (%s) needs a real Ascend "
-             "device; only device discovery, initialisation, streams, events and memory are emulated "
-             "(pytest-npu-lazy --npu-lazy-cann=emulate)", name, what);
+    const char *mode = getenv(NPU_LAZY_MODE_ENV);
+    if (mode != NULL && strcmp(mode, "compute") == 0)
+        snprintf(last_message, sizeof last_message,
+                 "the emulated NPU (" NPU_LAZY_SOC_NAME ") computes only with ATen's CPU kernels and Triton's "
+                 "interpreter: %s (%s) has neither and needs a real Ascend device "
+                 "(pytest-npu-lazy --npu-lazy-cann=compute)", name, what);
+    else
+        snprintf(last_message, sizeof last_message,
+                 "the emulated NPU (" NPU_LAZY_SOC_NAME ") cannot run kernels: %s (%s) needs a real Ascend "
+                 "device; only device discovery, initialisation, streams, events and memory are emulated "
+                 "(pytest-npu-lazy --npu-lazy-cann=emulate)", name, what);
     pthread_mutex_lock(&lost_lock);
     if (lost_reason[0] == '\0')
         memcpy(lost_reason, last_message, sizeof lost_reason);
@@ -166,6 +173,17 @@ EXPORT long npu_lazy_emulation_unsupported(const char *name, long result)
     snprintf(text, sizeof text, "%ld (not emulated)", result);
     trace(name, text);
     return result;
+}
+
+/* The first refusal's message once the device is lost, else "": the compute mode's host kernels ask it
+ * before each operator, so nothing computes on a lost device there either. */
+EXPORT const char *npu_lazy_emulation_lost_reason(void)
+{
+    static __thread char copy[512];
+    pthread_mutex_lock(&lost_lock);
+    memcpy(copy, lost_reason, sizeof copy);
+    pthread_mutex_unlock(&lost_lock);
+    return copy;
 }
 
 /* Whether the device is lost; if so, this call fails with the first refusal's message, as every

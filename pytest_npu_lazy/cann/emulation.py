@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .analysis import StubSpec
-from .common import ENV_TRACE, CannError
+from .common import ENV_MODE, ENV_TRACE, CannError
 from .elf import _shared_objects
 
 EMULATION_SONAME = "libnpu_lazy_emulated_npu.so"
@@ -125,6 +125,7 @@ def model_header(model: NpuModel = MODEL) -> str:
         f"#define NPU_LAZY_ACL_MINOR {int(minor)}",
         f"#define NPU_LAZY_ACL_PATCH {int(patch)}",
         f'#define NPU_LAZY_TRACE_ENV "{ENV_TRACE}"',
+        f'#define NPU_LAZY_MODE_ENV "{ENV_MODE}"',
         "",
     ])
 

@@ -238,12 +238,16 @@ def place_in_phases(calls: Iterable[DeviceCall], spans: list[tuple[str, float, f
     placed = []
     for call in calls:
         if call.phase is None:
-            at = to_offset(call.stamp)
-            holding = [name for name, start, end in spans if start <= at and (end is None or at <= end)]
-            call = DeviceCall(call.name, call.result, call.stamp, holding[-1] if holding else "(between phases)",
+            call = DeviceCall(call.name, call.result, call.stamp, phase_holding(spans, to_offset(call.stamp)),
                               call.line, call.torch_npu_line, call.thread)
         placed.append(call)
     return placed
+
+
+def phase_holding(spans: list[tuple[str, float, float | None]], at: float) -> str:
+    """The innermost phase whose time span holds the offset ``at`` (spans in start order, nested ones later)."""
+    holding = [name for name, start, end in spans if start <= at and (end is None or at <= end)]
+    return holding[-1] if holding else "(between phases)"
 
 
 def summarise(calls: list[DeviceCall]) -> dict[str, list[dict]]:

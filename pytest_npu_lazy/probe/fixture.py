@@ -56,37 +56,89 @@ class CompiledFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         state = self._probe._state
         first = self.calls == 0
+        on_host = first and self._check_eager and _emulated_npu_computes() and _has_npu_tensor((args, kwargs))
         if first and self._check_eager:
-            eager_args, eager_kwargs = _clone_tensors((args, kwargs))
+            eager_args, eager_kwargs = _clone_tensors((args, kwargs), to_cpu=on_host)
         phase = self._prefix + ("first_call" if first else "call")
+        computed_before = len(_ledger().entries)
         with state.enter(phase, repeatable=True):
             out = self.compiled(*args, **kwargs)
         self.calls += 1
         if first and self._check_eager:
             with state.enter(self._prefix + "eager", repeatable=True):
                 expected = self.fn(*eager_args, **eager_kwargs)
-            _assert_same(out, expected, self._tolerances, phase)
+            if on_host:
+                _assert_same(_to_cpu(out), expected, self._tolerances, phase,
+                             _what_computed(_ledger().since(computed_before)))
+            else:
+                _assert_same(out, expected, self._tolerances, phase)
         return out
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.compiled, name)
 
 
-def _clone_tensors(tree):
+def _clone_tensors(tree, to_cpu: bool = False):
+    """Copies of the tensors in ``tree``: on the CPU for a host reference, else where they are."""
     import torch
     from torch.utils._pytree import tree_map
 
-    return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) else x, tree)
+    def copy(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        return x.detach().cpu().clone().requires_grad_(x.requires_grad) if to_cpu else x.clone()
+
+    return tree_map(copy, tree)
 
 
-def _assert_same(actual, expected, tolerances: dict, phase: str) -> None:
+def _to_cpu(tree):
+    import torch
+    from torch.utils._pytree import tree_map
+
+    return tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, tree)
+
+
+def _emulated_npu_computes() -> bool:
+    from ..cann.common import ENV_MODE
+
+    return os.environ.get(ENV_MODE) == "compute" and "torch_npu" in sys.modules
+
+
+def _has_npu_tensor(tree) -> bool:
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return any(isinstance(x, torch.Tensor) and x.device.type == "npu" for x in tree_leaves(tree))
+
+
+def _ledger():
+    from ..cann.compute.ledger import LEDGER
+
+    return LEDGER
+
+
+def _what_computed(entries) -> str:
+    """The compute mode's words for a mismatch: what computed the compiled result, and the reference."""
+    from ..cann.compute.ledger import TRITON_INTERPRETER
+
+    kernels = list(dict.fromkeys(e.name for e in entries if e.by == TRITON_INTERPRETER))
+    others = sorted({f"{e.by}: {e.name}" for e in entries if e.by != TRITON_INTERPRETER})
+    ran = f"Triton kernels in Triton's interpreter ({', '.join(kernels)})" if kernels else "no Triton kernel"
+    host = f"; besides: {', '.join(others[:8])}{' ...' if len(others) > 8 else ''}" if others else ""
+    return (f"compiled on the emulated NPU (--npu-lazy-cann=compute): {ran}{host}\n"
+            "eager reference: the same function on CPU copies of the inputs (ATen's CPU kernels, host numerics: "
+            "bfloat16 and float16 round after every operator there, once per fused kernel in Inductor's)")
+
+
+def _assert_same(actual, expected, tolerances: dict, phase: str, computed_by: str | None = None) -> None:
     __tracebackhide__ = True
     import torch
 
     try:
         torch.testing.assert_close(actual, expected, **tolerances)
     except AssertionError as exc:
-        raise AssertionError(f"npu_lazy: the compiled output of {phase!r} differs from eager:\n{exc}") from None
+        by = f"\n{computed_by}" if computed_by else ""
+        raise AssertionError(f"npu_lazy: the compiled output of {phase!r} differs from eager:\n{exc}{by}") from None
 
 
 def _source_line(call) -> str:
@@ -286,7 +338,8 @@ class NpuLazy:
     def device(self) -> str:
         """"npu" with a usable NPU, else "cuda" if available, else "cpu".
 
-        The emulated NPU (--npu-lazy-cann=emulate) is available but runs no kernels: "cpu" there.
+        The emulated NPU (--npu-lazy-cann=emulate) is available but runs no kernels: "cpu" there. Under
+        --npu-lazy-cann=compute it computes (on the host, said in the report): "npu".
         """
         import torch
 

@@ -16,7 +16,8 @@ from typing import Callable, Iterator
 
 from . import inductor_cache
 from .blocking import ModuleBlocker
-from .device_calls import DEVICE_CALLS, DeviceCall, DeviceCallLog, place_in_phases, summarise
+from ..cann.compute import ledger as compute_ledger
+from .device_calls import DEVICE_CALLS, DeviceCall, DeviceCallLog, phase_holding, place_in_phases, summarise
 from ..errors import ProbeUsageError
 from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder, matches
 from .summary import DEFAULT_WATCH, Summary
@@ -84,6 +85,8 @@ class ProbeState:
     #: the process's device-call log, and how many of its calls came before this test
     device_log: DeviceCallLog = DEVICE_CALLS
     device_calls_before: int = 0
+    #: how many entries of the compute mode's ledger (what computed each value) came before this test
+    computed_before: int = 0
     #: what the test recorded for its report with npu_lazy.record (a generated kernel's source, a boundary)
     records: dict[str, str] = field(default_factory=dict)
     #: the loads a module zygote made, grouped once for every child's summary (:meth:`freeze_imports`)
@@ -292,6 +295,7 @@ class ProbeState:
             return merge_imports(part, self.phase_imports(own), self.watch) if own else part
 
         device_calls = self._device_call_summary()
+        computed = self._computed_summary()
         spans += [(name, None, spans[-1][2] if spans else 0.0, 0.0) for name in device_calls
                   if name not in {span[0] for span in spans}]
         return Summary(
@@ -307,7 +311,7 @@ class ProbeState:
             phases=tuple(
                 {"name": name, "parent": parent, "start": start, "duration": duration,
                  **dict(zip(("module_count", "modules", "watched"), imports_of(name))),
-                 "device_calls": device_calls.get(name, [])}
+                 "device_calls": device_calls.get(name, []), "computed": computed.get(name, [])}
                 for name, parent, start, duration in spans
             ),
         )
@@ -318,12 +322,23 @@ class ProbeState:
         log = self.device_log
         log.take_queued()
         epoch = self.recorder._epoch
-        spans = [(span.name, self.offset(span.started), None if span.ended is None else self.offset(span.ended))
-                 for span in self.phases]
-        return place_in_phases(log.calls[self.device_calls_before:], spans, lambda stamp: self.offset(stamp - epoch))
+        return place_in_phases(log.calls[self.device_calls_before:], self._spans(),
+                               lambda stamp: self.offset(stamp - epoch))
 
     def _device_call_summary(self) -> dict[str, list[dict]]:
         return summarise(self.device_calls()) if self.device_log.unavailable is None else {}
+
+    def _spans(self) -> list[tuple[str, float, float | None]]:
+        return [(span.name, self.offset(span.started), None if span.ended is None else self.offset(span.ended))
+                for span in self.phases]
+
+    def _computed_summary(self) -> dict[str, list[dict]]:
+        """Under --npu-lazy-cann=compute, per phase: what computed each operator and kernel (empty otherwise)."""
+        entries = compute_ledger.LEDGER.since(self.computed_before)
+        if not entries:
+            return {}
+        spans, epoch = self._spans(), self.recorder._epoch
+        return compute_ledger.summarise(entries, lambda stamp: phase_holding(spans, self.offset(stamp - epoch)))
 
     # -- provenance -------------------------------------------------------
     def in_baseline(self, record: ImportRecord) -> bool:
@@ -422,7 +437,8 @@ def new_state(nodeid: str, isolation: str, baseline_label: str, preload=(), reco
     return ProbeState(recorder=recorder, nodeid=nodeid, baseline_cutoff=recorder._now(),
                       isolation=isolation, baseline_label=baseline_label, preload=tuple(preload),
                       attempts_before=len(recorder.attempts), preload_source=preload_source,
-                      in_process_reason=in_process_reason, device_calls_before=len(DEVICE_CALLS.calls))
+                      in_process_reason=in_process_reason, device_calls_before=len(DEVICE_CALLS.calls),
+                      computed_before=len(compute_ledger.LEDGER.entries))
 
 
 _ACTIVE: ProbeState | None = None

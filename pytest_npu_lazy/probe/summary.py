@@ -35,6 +35,8 @@ class PhaseSummary(TypedDict, total=False):
     #: per watched pattern with a first load here: the module that explains it and its import chain
     watched: list
     device_calls: list
+    #: under --npu-lazy-cann=compute, what computed each operator and kernel: ``by``, ``name``, ``detail``, ``count``
+    computed: list
     #: the phase was still open when the child died
     unfinished: bool
 

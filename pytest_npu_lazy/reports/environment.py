@@ -87,6 +87,9 @@ def describe(cann: CannStatus, npu_checked: tuple[bool, str] | None = None) -> E
             device = "npu" if npu_checked[0] else f"cpu ({npu_checked[1]})"
     elif cann.active == "emulate":
         device = f"npu (emulated {cann.version}: device paths run, kernels do not)"
+    elif cann.active == "compute":
+        device = (f"npu (emulated {cann.version}, computing on the host: eager operators by ATen's CPU kernels, "
+                  "Triton kernels in Triton's interpreter)")
     elif torch and "+cpu" not in torch:
         gpus = nvidia_gpus()
         device = f"cuda ({gpus} NVIDIA GPU{'s' if gpus > 1 else ''} visible)" if gpus else "cpu (CUDA build, no GPU visible)"
@@ -107,6 +110,11 @@ def npu_missing_reason(cann: CannStatus, emulated_ok: bool = False) -> str | Non
         if emulated_ok:
             return None
         return f"needs a real NPU device: running on the emulated NPU ({cann.version}), which cannot run kernels"
+    if cann.active == "compute":
+        if emulated_ok:
+            return None
+        return (f"needs a real NPU device: running on the emulated NPU ({cann.version}) that computes on the host "
+                "(ATen's CPU kernels, Triton's interpreter), which runs none of torch_npu's own NPU operators")
     if cann.active == "stub":
         if emulated_ok:
             return "needs an NPU device, real or emulated (--npu-lazy-cann=emulate): running on the CANN host stub"
@@ -130,7 +138,7 @@ class NpuGate:
 
     def missing_reason(self, emulated_ok: bool = False) -> str | None:
         reason = npu_missing_reason(self.cann, emulated_ok)
-        if reason is None and self.cann.active != "emulate":
+        if reason is None and self.cann.active not in ("emulate", "compute"):
             if self.answer is None:
                 self.answer = npu_device_usable()  # in a subprocess: never initialise an NPU here
             reason = None if self.answer[0] else f"needs a real NPU device: {self.answer[1]}"

@@ -115,7 +115,7 @@ def _ascend_home_path(cann: CannStatus) -> HiddenWarning | None:
     sourced; a zygote that preloads torch_npu passes it on as an NpuLazyWarning. On the host stub and the
     emulated NPU there is no CANN to source: the message is true and harmless. Hidden only when it is all
     the preload printed."""
-    if cann.active not in ("stub", "emulate") or os.environ.get("ASCEND_HOME_PATH"):
+    if cann.active not in ("stub", "emulate", "compute") or os.environ.get("ASCEND_HOME_PATH"):
         return None
     if distribution_version("torch-npu") is None and distribution_version("torch_npu") is None:
         return None

@@ -62,6 +62,7 @@ def phase_entry(phase: dict, with_modules: bool) -> dict:
         "module_count": phase.get("module_count", len(phase.get("modules", []))),
         "watched": phase.get("watched", []),
         "device_calls": phase.get("device_calls", []),
+        "computed": phase.get("computed", []),
         "unfinished": bool(phase.get("unfinished", False)),
     }
     if with_modules:

@@ -1,0 +1,43 @@
+"""``--npu-lazy-cann=compute``: the emulated NPU, and the device computes.
+
+Everything ``emulate`` does (device discovery, initialisation, streams, events, host-backed
+memory, the Triton driver's answers), and:
+
+- :mod:`.host_kernels`: eager ATen operators on ``npu`` tensors run ATen's CPU kernels on
+  the device's host memory;
+- :mod:`.interpreter`: the Triton kernels torch_npu's Inductor backend generates run in
+  Triton's interpreter, through torch_npu's own launcher and heuristics;
+- :mod:`.ledger`: what computed each value (host ATen kernel, Triton interpreter, refused).
+
+What has no CPU kernel (torch_npu's ``npu_*`` operators, ACL-only paths, collectives) is
+refused as under ``emulate``, and the device is lost: nothing returns a value that nothing
+computed. Nothing here runs at import: :func:`install` hooks each piece to the load of the
+module it needs, so what ``import torch_npu``, the wrapper and the first call load stays
+theirs. Like the rest of :mod:`..cann`, nothing here imports the plugin.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from . import host_kernels, interpreter
+from .ledger import BY, HOST_ATEN, LEDGER, LOST, REFUSED, TRITON_INTERPRETER, Computation
+
+__all__ = ["BY", "HOST_ATEN", "LEDGER", "LOST", "REFUSED", "TRITON_INTERPRETER", "Computation", "describe",
+           "install"]
+
+
+def describe() -> str:
+    """The header's words for what computes under this mode."""
+    shims = interpreter.shims_in_force()
+    bridges = f"; bridges in force: {', '.join(shims)}" if shims else ""
+    return ("eager operators by ATen's CPU kernels on the device's host memory, Triton kernels in Triton's "
+            f"interpreter (TRITON_INTERPRET=1); what has neither is refused and loses the device{bridges}")
+
+
+def install(on_load: Callable[[str, Callable[[str], None]], None]) -> None:
+    """Hook the compute mode to module loads (``on_load(module, callback)``, the import recorder's)."""
+    interpreter.activate_interpreter()
+    on_load("torch_npu", host_kernels.install)
+    on_load("triton.language", interpreter.install_language_shims)
+    on_load("triton.runtime.interpreter", interpreter.install_interpreter_shims)

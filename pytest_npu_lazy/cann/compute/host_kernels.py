@@ -1,0 +1,247 @@
+"""Eager operators on the emulated NPU, computed by ATen's CPU kernels on the device's host memory.
+
+The emulated NPU's memory is host memory (``aclrtMalloc`` returns a host block), so a CPU
+tensor can *alias* an ``npu`` tensor: same bytes, same strides, same storage offset. Every
+ATen operator that torch_npu implements for its device (its PrivateUse1 kernels) and that
+ATen can compute on the CPU gets one more PrivateUse1 kernel, registered over torch_npu's:
+it aliases the ``npu`` arguments, runs the CPU kernel, and hands the result back with a
+device's semantics:
+
+- an in-place operator writes the device buffer through its alias, and returns the ``npu``
+  tensor it was given (so views of it see the write);
+- ``out=`` arguments receive the result as torch_npu would write it (resized first when
+  the result's shape differs, through torch_npu's own ``resize_``);
+- a new result is allocated on the device by torch_npu (``empty_strided``, the emulated
+  ``aclrtMalloc``) and filled from the CPU result;
+- factory operators (``device="npu"``) compute on the CPU and land on the device;
+  random numbers come from the CPU generator, so ``torch.manual_seed`` seeds them as on CPU.
+
+Left to torch_npu, because they compute nothing: views (a return that aliases an argument
+without writing it), allocation and storage bookkeeping (``empty*``, ``resize_``, ``set_``,
+``record_stream``). Operators with no CPU kernel (torch_npu's ``npu_*`` operators, its
+collectives) keep torch_npu's kernel, which the emulation refuses (the device is lost):
+never a made-up value. Once the device is lost, every host kernel fails too, with the
+first refusal's message, as a real device does after a kernel error.
+
+Every computation is written to :data:`.ledger.LEDGER` (``host ATen kernel``, ``refused``,
+``device lost``) so a report says what computed each value.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import warnings
+
+from .ledger import HOST_ATEN, LEDGER, LOST
+
+#: Operators that torch_npu keeps: they allocate or describe storage, they compute nothing.
+DEVICE_OWNED_PREFIXES = ("empty", "new_empty", "_empty")
+DEVICE_OWNED = frozenset({"resize_", "resize_as_", "set_", "record_stream", "_has_compatible_shallow_copy_type",
+                          "is_pinned", "_pin_memory"})
+
+_LIBRARY = None  # the torch.library.Library holding the kernels: registrations live as long as it does
+_REGISTERED: tuple[str, ...] = ()
+
+
+class DeviceLost(RuntimeError):
+    """An operator on the emulated NPU after an earlier refusal: nothing computes on a lost device."""
+
+
+def _lost_reason_function():
+    try:
+        function = ctypes.PyDLL(None).npu_lazy_emulation_lost_reason
+    except AttributeError:  # an emulation built before the compute mode: the cache key changes with the C
+        return lambda: b""
+    function.restype, function.argtypes = ctypes.c_char_p, []
+    return function
+
+
+_lost_reason = None
+
+
+def lost_reason() -> str:
+    """The emulation's first refusal once the device is lost, else ''."""
+    global _lost_reason
+    if _lost_reason is None:
+        _lost_reason = _lost_reason_function()
+    return (_lost_reason() or b"").decode(errors="replace")
+
+
+def host_alias(tensor):
+    """A CPU tensor over an ``npu`` tensor's bytes: same storage, sizes, strides and offset."""
+    import torch
+
+    storage = tensor.untyped_storage()
+    size = storage.nbytes()
+    if size == 0:
+        base = torch.empty(0, dtype=tensor.dtype)
+    else:
+        base = torch.frombuffer((ctypes.c_char * size).from_address(storage.data_ptr()), dtype=torch.uint8)
+        base = base.view(tensor.dtype)
+    return base.as_strided(tensor.size(), tensor.stride(), tensor.storage_offset())
+
+
+def _to_host(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return host_alias(value) if value.device.type == "npu" else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_host(item) for item in value)
+    if isinstance(value, torch.Generator) and value.device.type == "npu":
+        return None  # the CPU default generator: seeded by torch.manual_seed as on CPU
+    return value
+
+
+def _dense(tensor) -> bool:
+    """Strides a fresh device tensor can take as they are: no overlap, no gap."""
+    if tensor.is_contiguous():
+        return True
+    size = tensor.numel() * tensor.element_size()
+    return (tensor.storage_offset() == 0 and tensor.untyped_storage().nbytes() == size
+            and all(stride != 0 for stride, extent in zip(tensor.stride(), tensor.size()) if extent > 1))
+
+
+def to_device(value, device):
+    """A CPU result on the emulated device: allocated by torch_npu, filled through its host alias."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "cpu":
+            return value
+        value = value if _dense(value) else value.contiguous()
+        target = torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device=device)
+        if value.numel():
+            host_alias(target).copy_(value)
+        return target
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_device(item, device) for item in value)
+    return value
+
+
+def _write_out(device_tensor, host_result) -> None:
+    """An ``out=`` argument gets the result as a device would write it: resized when the shape differs."""
+    if device_tensor.shape != host_result.shape:
+        device_tensor.resize_(host_result.shape)
+    if host_result.numel():
+        host_alias(device_tensor).copy_(host_result)
+
+
+def _npu_device(value) -> bool:
+    import torch
+
+    if value is None:
+        return False
+    return torch.device(value).type == "npu"
+
+
+def make_kernel(op):
+    """The PrivateUse1 kernel of one ATen overload: alias, compute on the CPU, hand back as the device would."""
+    import torch
+
+    schema = op._schema
+    name = str(op)
+    arguments = schema.arguments
+    returns = schema.returns
+    # out= arguments (written, keyword-only) are computed into fresh CPU tensors and written back: ATen would
+    # resize a wrong-sized one, and an alias of device memory cannot grow
+    outs = [a.name for a in arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+    # a return that aliases a written argument (in-place, out=) hands back that argument, the npu tensor itself
+    return_sources = []
+    for ret in returns:
+        source = None
+        if ret.alias_info is not None:
+            for i, argument in enumerate(arguments):
+                if argument.alias_info is not None and argument.alias_info.before_set == ret.alias_info.before_set:
+                    source = (i, argument.name)
+                    break
+        return_sources.append(source)
+
+    def kernel(*args, **kwargs):
+        reason = lost_reason()
+        if reason:
+            LEDGER.record(LOST, name)
+            raise DeviceLost(f"{name}: the emulated NPU is lost since an earlier refused call, so no operator "
+                             f"computes any more (a real device is lost the same way); the first refusal: {reason}")
+        host_args = [_to_host(a) for a in args]
+        host_kwargs = {}
+        out_tensors = {}
+        for key, value in kwargs.items():
+            if key in outs and isinstance(value, torch.Tensor) and value.device.type == "npu":
+                out_tensors[key] = value
+                host_kwargs[key] = torch.empty(0, dtype=value.dtype)
+            else:
+                host_kwargs[key] = _to_host(value)
+        device = kwargs.get("device")
+        if _npu_device(device):
+            host_kwargs["device"] = torch.device("cpu")
+        result_device = device if device is not None else next(
+            (a.device for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.device.type == "npu"),
+            None) or "npu"
+        LEDGER.record(HOST_ATEN, name)
+        result = op(*host_args, **host_kwargs)
+        for key, tensor in out_tensors.items():
+            _write_out(tensor, host_kwargs[key])
+        if not returns:
+            return result
+        results = [result] if len(returns) == 1 else list(result)
+        handed = []
+        for value, source in zip(results, return_sources):
+            if source is not None:
+                index, argument = source
+                handed.append(args[index] if index < len(args) else kwargs[argument])
+            else:
+                handed.append(to_device(value, result_device) if torch.device(result_device).type == "npu" else value)
+        return handed[0] if len(returns) == 1 else tuple(handed)
+
+    kernel.__name__ = f"npu_lazy_host_{schema.name.split('::')[-1]}"
+    return kernel
+
+
+def _computes_nothing(base: str, op) -> bool:
+    if base in DEVICE_OWNED or base.startswith(DEVICE_OWNED_PREFIXES):
+        return True
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in op._schema.returns)  # a view
+
+
+def candidates() -> list[tuple[str, object]]:
+    """(``name.overload``, op) for every ATen operator torch_npu implements that ATen computes on the CPU."""
+    import torch
+
+    found = []
+    for qualified in torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1"):
+        namespace, _, rest = qualified.partition("::")
+        if namespace != "aten":
+            continue
+        base, _, overload = rest.partition(".")
+        if not torch._C._dispatch_has_computed_kernel_for_dispatch_key(qualified, "CPU"):
+            continue  # torch_npu's own operators (npu_*), collectives: refused by the emulation
+        try:
+            op = getattr(getattr(torch.ops.aten, base), overload or "default")
+        except AttributeError:
+            continue
+        if not _computes_nothing(base, op):
+            found.append((rest, op))
+    return found
+
+
+def install(_loaded: str = "torch_npu") -> int:
+    """Register the host kernels over torch_npu's (once ``torch_npu`` loaded); returns how many."""
+    global _LIBRARY, _REGISTERED
+    if _LIBRARY is not None:
+        return len(_REGISTERED)
+    import torch
+
+    library = torch.library.Library("aten", "IMPL")
+    registered = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": that is the point
+        for qualified, op in candidates():
+            library.impl(qualified, make_kernel(op), "PrivateUse1")
+            registered.append(qualified)
+    _LIBRARY, _REGISTERED = library, tuple(registered)
+    return len(registered)
+
+
+def registered() -> tuple[str, ...]:
+    return _REGISTERED

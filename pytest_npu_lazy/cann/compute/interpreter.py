@@ -1,0 +1,332 @@
+"""Triton kernels on the emulated NPU: torch_npu's generated kernels run in Triton's interpreter.
+
+With ``TRITON_INTERPRET=1`` (set by the compute mode before anything loads Triton) every
+``@triton.jit`` function is interpreted, and torch_npu's own heuristics take their
+interpreter branch (``_interpret_args_grid``): the kernel torch_npu's NPU codegen wrote runs,
+launched by torch_npu's launcher, on the device's host memory. Between that kernel and the
+interpreter of the installed Triton stand version skews, each bridged by one shim here that
+names what it bridges and goes away by itself where the installed Triton needs no bridge
+(:func:`shims_in_force` lists the ones in force; the report header says them):
+
+- ``tl.extra.cann``: torch_npu 2.13.0's kernels import ``extension`` and ``libdevice`` from
+  it (``torch_npu/_inductor/runtime/triton_helpers.py``); triton-ascend 3.2.1 (torch_npu's
+  CI, Ascend's release page) has it, PyPI's triton-ascend 3.2.0 has only ``tl.extra.ascend``.
+  Without a bridge every compiled NPU kernel fails to import, on a real NPU too.
+  ``extension``'s hints (``multibuffer``, ``compile_hint``) steer the NPU compiler only, so
+  the interpreter takes them as no-ops; any other ``extension`` call is refused by name.
+- launch keywords: torch_npu's interpreter branch passes every keyword of the chosen config
+  to the kernel: the NPU compiler's options (``compile_mode``, ``multibuffer``, ...: fields of
+  triton-ascend's ``NPUOptions``) and block sizes a persistent reduction declares inside the
+  kernel (``R0_BLOCK``). Its compiled launcher passes only the kernel's parameters; the
+  interpreter's ``GridExecutor`` refuses the rest. Keywords that are not kernel parameters
+  are dropped, and the ledger names them.
+- the interpreter's builder lacks ``get_int1_ty`` (triton-ascend 3.2.0), which ``tl.maximum``
+  and ``tl.minimum`` with NaN propagation (``relu``, ``clamp``) ask for: it answers ``tl.int1``,
+  as its other ``get_*_ty`` answer their types; only added where missing.
+- ``tensor.__index__`` of the interpreter (triton-ascend 3.2.0) is ``int(handle.data)`` over a
+  one-element array, which NumPy 2.4 refuses ("only 0-dimensional arrays can be converted"):
+  every loop over a reduction (``for r0_offset in tl.range(0, r0_numel, R0_BLOCK)``) stops
+  there. It reads the one element instead; only where this NumPy refuses the old way.
+- ``libdevice`` in the interpreter: the interpreter patches ``tl`` and ``tl.math`` only, and
+  its builder has no extern functions, so a kernel calling ``libdevice.*`` stops. Here the
+  extern functions of triton-ascend's libdevice compute with numpy, and the names torch's
+  codegen asks of libdevice that ``tl.math`` has (``floor``, ``ceil``, ``exp`` ...) are
+  taken from there; a name neither has is refused, naming it.
+
+And one change that is the interpreter's cost, not a version skew: the interpreter copies
+every tensor argument to the host and back around each launch. On the emulated NPU the
+device memory *is* host memory, so arguments are aliased instead (:func:`.host_kernels.host_alias`),
+which also keeps each argument's strides and storage offset exactly as the kernel indexes
+them.
+
+Each launch is written to the ledger (``Triton interpreter``, with the kernel's name); a
+launch on a lost device fails without running.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import sys
+import types
+
+from .ledger import LEDGER, LOST, TRITON_INTERPRETER
+
+INTERPRET_ENV = "TRITON_INTERPRET"
+
+#: Hints of triton-ascend's ``extension`` that steer only the NPU compiler: nothing to compute in the interpreter.
+COMPILER_HINTS = ("multibuffer", "compile_hint")
+
+
+class InterpreterGap(NotImplementedError):
+    """A kernel needs something Triton's interpreter lacks here: named, never replaced by another computation."""
+
+
+_IN_FORCE: dict[str, str] = {}
+
+
+def shims_in_force() -> dict[str, str]:
+    """Each bridge in force in this process, with the versions it bridges (empty before Triton loads)."""
+    return dict(_IN_FORCE)
+
+
+def _triton_version() -> str:
+    from importlib import metadata
+
+    for name in ("triton-ascend", "triton"):
+        try:
+            return f"{name} {metadata.version(name)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return "triton (version unknown)"
+
+
+# --------------------------------------------------------------------------- tl.extra.cann
+
+
+def _extension_module(name: str) -> types.ModuleType:
+    module = types.ModuleType(name, "triton-ascend 3.2.1's tl.extra.cann.extension, as far as the interpreter can "
+                                    "take it (pytest-npu-lazy compute mode)")
+
+    def hint(*args, **kwargs):
+        return None
+
+    for hint_name in COMPILER_HINTS:
+        setattr(module, hint_name, hint)
+
+    def __getattr__(attribute: str):
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+        raise InterpreterGap(
+            f"tl.extra.cann.extension.{attribute}: the installed {_triton_version()} has no tl.extra.cann, and "
+            f"Triton's interpreter has no implementation of extension.{attribute} (only the compiler hints "
+            f"{', '.join(COMPILER_HINTS)} are taken, as no-ops); the kernel needs a real Ascend device "
+            "(pytest-npu-lazy --npu-lazy-cann=compute)")
+
+    module.__getattr__ = __getattr__
+    return module
+
+
+class _Libdevice(types.ModuleType):
+    """``tl.extra.cann.libdevice`` over triton-ascend's ``tl.extra.ascend.libdevice``, with ``tl.math`` for the rest."""
+
+    def __init__(self, name: str, ascend) -> None:
+        super().__init__(name, "libdevice for Triton's interpreter (pytest-npu-lazy compute mode)")
+        self._ascend = ascend
+
+    def __getattr__(self, attribute: str):
+        if attribute.startswith("__"):
+            raise AttributeError(attribute)
+        import triton.language as tl
+
+        for source in (self._ascend, tl.math):
+            found = source.__dict__.get(attribute)
+            if found is not None:
+                return found
+        if attribute in _NUMPY_UNARY:
+            return functools.partial(_numpy_unary, attribute)
+        raise InterpreterGap(
+            f"libdevice.{attribute}: neither {_triton_version()}'s libdevice (tl.extra.ascend.libdevice) nor "
+            "tl.math has it, and the interpreter has no numpy equivalent here; the kernel needs a real Ascend "
+            "device (pytest-npu-lazy --npu-lazy-cann=compute)")
+
+
+def install_language_shims(_loaded: str = "triton.language") -> None:
+    """Give ``tl.extra`` a ``cann`` where the installed Triton has none (once ``triton.language`` loaded)."""
+    import triton.language as tl
+    import triton.language.extra as extra
+
+    name = "triton.language.extra.cann"
+    if name in sys.modules or importlib.util.find_spec(name) is not None:
+        return  # triton-ascend 3.2.1 or later: nothing to bridge
+    ascend = getattr(extra, "ascend", None)
+    if ascend is None:
+        return  # not triton-ascend: torch_npu's kernels need it anyway, and say so themselves
+    cann = types.ModuleType(name, "tl.extra.cann for Triton's interpreter (pytest-npu-lazy compute mode)")
+    cann.__path__ = []
+    cann.extension = _extension_module(f"{name}.extension")
+    cann.libdevice = _Libdevice(f"{name}.libdevice", ascend.libdevice)
+    sys.modules.update({name: cann, f"{name}.extension": cann.extension, f"{name}.libdevice": cann.libdevice})
+    extra.cann = cann
+    _IN_FORCE["tl.extra.cann"] = (
+        f"{_triton_version()} has tl.extra.ascend only; torch_npu's kernels import extension and libdevice from "
+        "tl.extra.cann (triton-ascend 3.2.1): bridged to tl.extra.ascend.libdevice and tl.math, extension's "
+        f"compiler hints ({', '.join(COMPILER_HINTS)}) as no-ops")
+    del tl
+
+
+# --------------------------------------------------------------------------- numpy for libdevice
+
+# triton-ascend's libdevice externs ("__hmf_<name><suffix>") and names torch's codegen asks of libdevice
+# that tl.math lacks, computed with numpy on the interpreter's arrays
+_NUMPY_EXTERN = {
+    "recip": "reciprocal", "log1p": "log1p", "relu": "relu", "isinf": "isinf", "isnan": "isnan", "tan": "tan",
+    "atan": "arctan", "tanh": "tanh", "ilogb": "ilogb", "ldexp": "ldexp", "pow": "power", "round": "rint",
+}
+_NUMPY_UNARY = {"expm1": "expm1", "trunc": "trunc", "tan": "tan", "tanh": "tanh", "log1p": "log1p", "log10": "log10",
+                "asin": "arcsin", "acos": "arccos", "atan": "arctan", "sinh": "sinh", "cosh": "cosh",
+                "asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh", "signbit": "signbit", "nearbyint": "rint",
+                "rint": "rint", "isinf": "isinf", "isnan": "isnan", "isfinited": "isfinite", "erfc": None}
+
+
+def _numpy_function(name: str):
+    import numpy as np
+
+    if name == "relu":
+        return lambda x: np.maximum(x, np.zeros_like(x))
+    if name == "ilogb":
+        return lambda x: np.frexp(x)[1].astype(np.int32) - 1
+    if name == "ldexp":
+        return lambda x, e: np.ldexp(x, e.astype(np.int32))
+    function = getattr(np, name, None)
+    if function is None:
+        raise InterpreterGap(f"libdevice's {name} has no numpy equivalent in Triton's interpreter here")
+    return function
+
+
+def _extern_elementwise(builder, lib_name, lib_path, symbol, arg_list, ret_type, is_pure):
+    """The interpreter builder's missing extern call: triton-ascend's libdevice symbols by numpy."""
+    from triton.runtime.interpreter import TensorHandle, _get_np_dtype
+
+    stem = symbol.removeprefix("__hmf_")
+    name = next((key for key in sorted(_NUMPY_EXTERN, key=len, reverse=True) if stem.startswith(key)), None)
+    if name is None:
+        raise InterpreterGap(f"libdevice extern {symbol}: Triton's interpreter has no implementation of it here; "
+                             "the kernel needs a real Ascend device (pytest-npu-lazy --npu-lazy-cann=compute)")
+    result = _numpy_function(_NUMPY_EXTERN[name])(*(arg.data for arg in arg_list))
+    return TensorHandle(result.astype(_get_np_dtype(ret_type)), ret_type.scalar)
+
+
+def _numpy_unary(name: str, x, _builder=None):
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    if _NUMPY_UNARY[name] is None:
+        raise InterpreterGap(f"libdevice.{name}: no implementation in Triton's interpreter here; the kernel "
+                             "needs a real Ascend device (pytest-npu-lazy --npu-lazy-cann=compute)")
+    data = _numpy_function(_NUMPY_UNARY[name])(x.handle.data)
+    if data.dtype == bool:
+        return tl.core.tensor(TensorHandle(data, tl.int1), x.type.with_element_ty(tl.int1) if x.type.is_block()
+                              else tl.int1)
+    return tl.core.tensor(TensorHandle(data.astype(x.handle.data.dtype), x.handle.dtype), x.type)
+
+
+# --------------------------------------------------------------------------- the launch
+
+
+def _npu_launch_options() -> frozenset[str]:
+    """The NPU compiler's options (triton-ascend's NPUOptions fields): what torch_npu's launcher may pass."""
+    import dataclasses
+
+    try:
+        from triton.backends.ascend.compiler import NPUOptions
+    except ImportError:
+        return frozenset()
+    return frozenset(field.name for field in dataclasses.fields(NPUOptions))
+
+
+def install_interpreter_shims(_loaded: str = "triton.runtime.interpreter") -> None:
+    """Alias arguments, drop NPU launch options, compute libdevice, record launches (once the interpreter loaded)."""
+    from triton.runtime import interpreter
+
+    from .host_kernels import DeviceLost, host_alias, lost_reason
+
+    executor = interpreter.GridExecutor
+    if getattr(executor, "_npu_lazy_shimmed", False):
+        return
+    options = _npu_launch_options()
+    reserved = frozenset(interpreter.RESERVED_KWS) | {"warmup"}
+    original_call = executor.__call__
+
+    def init_args_hst(self, args_dev, kwargs):
+        def host(value):
+            if hasattr(value, "data_ptr") and getattr(value, "device", None) is not None and value.device.type == "npu":
+                return host_alias(value)
+            return value.cpu() if hasattr(value, "data_ptr") else value
+
+        return [host(a) for a in args_dev], {key: host(value) for key, value in kwargs.items()}
+
+    def restore_args_dev(self, args_dev, args_hst, kwargs, kwargs_hst):
+        def back(device, hosted):
+            if hasattr(device, "data_ptr") and device.device.type != "npu":
+                device.data.copy_(hosted.to(device.device).data)
+
+        for device, hosted in zip(args_dev, args_hst):
+            back(device, hosted)
+        for key, device in kwargs.items():
+            back(device, kwargs_hst[key])
+
+    def call(self, *args_dev, **kwargs):
+        kernel = getattr(self.fn, "__name__", "kernel")
+        reason = lost_reason()
+        if reason:
+            LEDGER.record(LOST, kernel)
+            raise DeviceLost(f"Triton kernel {kernel}: the emulated NPU is lost since an earlier refused call; "
+                             f"the first refusal: {reason}")
+        dropped = sorted(key for key in kwargs if key not in self.arg_names and key not in reserved)
+        for key in dropped:
+            kwargs.pop(key)
+        interpreter._patch_builtin(_ascend_libdevice(), interpreter.interpreter_builder)
+        grid = f"grid {self.grid}" if not callable(self.grid) else "grid computed"
+        npu_options = [key for key in dropped if key in options]
+        others = [key for key in dropped if key not in options]
+        said = "".join(f"; {what} dropped: {', '.join(keys)}" for what, keys in
+                       (("NPU compiler options", npu_options), ("config keywords the kernel declares", others)) if keys)
+        LEDGER.record(TRITON_INTERPRETER, kernel, grid + said)
+        return original_call(self, *args_dev, **kwargs)
+
+    executor._init_args_hst = init_args_hst
+    executor._restore_args_dev = restore_args_dev
+    executor.__call__ = call
+    executor._npu_lazy_shimmed = True
+    _index_one_element_arrays(interpreter)
+    builder_type = type(interpreter.interpreter_builder)
+    builder_type.create_extern_elementwise = _extern_elementwise
+    if not hasattr(builder_type, "get_int1_ty"):
+        import triton.language as tl
+
+        builder_type.get_int1_ty = lambda self: tl.int1
+        _IN_FORCE["get_int1_ty"] = (f"{_triton_version()}'s interpreter builder lacks get_int1_ty (tl.maximum and "
+                                    "tl.minimum with NaN propagation ask for it): answers tl.int1")
+    _IN_FORCE["launch keywords"] = (
+        "torch_npu's interpreter branch passes every config keyword (the NPU compiler's options: compile_mode, "
+        "multibuffer, ...; a persistent reduction's R0_BLOCK); its compiled launcher passes only the kernel's "
+        "parameters: the rest are dropped, each launch names them")
+    _IN_FORCE["libdevice"] = ("Triton's interpreter patches tl and tl.math only and has no extern calls: "
+                              "triton-ascend's libdevice externs computed with numpy")
+    _IN_FORCE["arguments aliased"] = ("the interpreter copies each argument to the host and back; the emulated "
+                                      "NPU's memory is host memory, so arguments are aliased, strides and offset kept")
+
+
+def _index_one_element_arrays(interpreter) -> None:
+    """Interpreted scalars are one-element arrays; NumPy 2.4 refuses ``int()`` of those, the interpreter asks it."""
+    import numpy as np
+
+    try:
+        int(np.ones(1, dtype=np.int32))
+        return  # this NumPy still converts them: nothing to bridge
+    except TypeError:
+        pass
+    patch_tensor = interpreter._patch_lang_tensor
+
+    def patch_lang_tensor(tensor):
+        patch_tensor(tensor)
+        tensor.__index__ = lambda self: int(self.handle.data.reshape(-1)[0]) if self.handle.data.size == 1 \
+            else int(self.handle.data)
+
+    interpreter._patch_lang_tensor = patch_lang_tensor
+    _IN_FORCE["one-element index"] = (f"{_triton_version()}'s interpreter converts a scalar with int() of a "
+                                      f"one-element array, which NumPy {np.__version__} refuses: reads the element")
+
+
+def _ascend_libdevice():
+    import triton.language.extra as extra
+
+    ascend = getattr(extra, "ascend", None)
+    return ascend.libdevice if ascend is not None else types.ModuleType("no_libdevice")
+
+
+def activate_interpreter() -> None:
+    """``TRITON_INTERPRET=1`` before Triton loads: every ``@triton.jit`` function is interpreted."""
+    os.environ[INTERPRET_ENV] = "1"
