@@ -16,9 +16,11 @@ import sys
 import warnings
 from typing import Any, Callable, Iterator
 
+from ..cann.compute.ledger import LEDGER
 from ..errors import BaselineContaminatedError, BlockError, NpuLazyWarning, ProbeUsageError
 from .modules import unknown_name_problem
 from .recorder import ImportRecord
+from .reference import EagerReference
 from .state import (RESERVED_PHASES, PhaseSpan, ProbeState, _explaining_record, active_state,
                     format_chain, set_active_state)
 
@@ -56,89 +58,20 @@ class CompiledFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         state = self._probe._state
         first = self.calls == 0
-        on_host = first and self._check_eager and _emulated_npu_computes() and _has_npu_tensor((args, kwargs))
-        if first and self._check_eager:
-            eager_args, eager_kwargs = _clone_tensors((args, kwargs), to_cpu=on_host)
+        reference = EagerReference.for_call(self.fn, args, kwargs) if first and self._check_eager else None
         phase = self._prefix + ("first_call" if first else "call")
-        computed_before = len(_ledger().entries)
+        computed_before = len(LEDGER.entries)
         with state.enter(phase, repeatable=True):
             out = self.compiled(*args, **kwargs)
         self.calls += 1
-        if first and self._check_eager:
+        if reference is not None:
             with state.enter(self._prefix + "eager", repeatable=True):
-                expected = self.fn(*eager_args, **eager_kwargs)
-            if on_host:
-                _assert_same(_to_cpu(out), expected, self._tolerances, phase,
-                             _what_computed(_ledger().since(computed_before)))
-            else:
-                _assert_same(out, expected, self._tolerances, phase)
+                expected = reference.run()
+            reference.assert_matches(out, expected, self._tolerances, phase, LEDGER.since(computed_before))
         return out
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.compiled, name)
-
-
-def _clone_tensors(tree, to_cpu: bool = False):
-    """Copies of the tensors in ``tree``: on the CPU for a host reference, else where they are."""
-    import torch
-    from torch.utils._pytree import tree_map
-
-    def copy(x):
-        if not isinstance(x, torch.Tensor):
-            return x
-        return x.detach().cpu().clone().requires_grad_(x.requires_grad) if to_cpu else x.clone()
-
-    return tree_map(copy, tree)
-
-
-def _to_cpu(tree):
-    import torch
-    from torch.utils._pytree import tree_map
-
-    return tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, tree)
-
-
-def _emulated_npu_computes() -> bool:
-    from ..cann.common import ENV_MODE
-
-    return os.environ.get(ENV_MODE) == "compute" and "torch_npu" in sys.modules
-
-
-def _has_npu_tensor(tree) -> bool:
-    import torch
-    from torch.utils._pytree import tree_leaves
-
-    return any(isinstance(x, torch.Tensor) and x.device.type == "npu" for x in tree_leaves(tree))
-
-
-def _ledger():
-    from ..cann.compute.ledger import LEDGER
-
-    return LEDGER
-
-
-def _what_computed(entries) -> str:
-    """The compute mode's words for a mismatch: what computed the compiled result, and the reference."""
-    from ..cann.compute.ledger import TRITON_INTERPRETER
-
-    kernels = list(dict.fromkeys(e.name for e in entries if e.by == TRITON_INTERPRETER))
-    others = sorted({f"{e.by}: {e.name}" for e in entries if e.by != TRITON_INTERPRETER})
-    ran = f"Triton kernels in Triton's interpreter ({', '.join(kernels)})" if kernels else "no Triton kernel"
-    host = f"; besides: {', '.join(others[:8])}{' ...' if len(others) > 8 else ''}" if others else ""
-    return (f"compiled on the emulated NPU (--npu-lazy-cann=compute): {ran}{host}\n"
-            "eager reference: the same function on CPU copies of the inputs (ATen's CPU kernels, host numerics: "
-            "bfloat16 and float16 round after every operator there, once per fused kernel in Inductor's)")
-
-
-def _assert_same(actual, expected, tolerances: dict, phase: str, computed_by: str | None = None) -> None:
-    __tracebackhide__ = True
-    import torch
-
-    try:
-        torch.testing.assert_close(actual, expected, **tolerances)
-    except AssertionError as exc:
-        by = f"\n{computed_by}" if computed_by else ""
-        raise AssertionError(f"npu_lazy: the compiled output of {phase!r} differs from eager:\n{exc}{by}") from None
 
 
 def _source_line(call) -> str:

@@ -254,3 +254,23 @@ def _call_inside(file: tuple[str, ...], container: str, callee: str) -> str | No
                 if isinstance(call, ast.Call) and ast.unparse(call.func) == callee:
                     return f"{'/'.join(file)}:{call.lineno}"
     return None
+
+
+@lru_cache(maxsize=None)
+def triton_ascend_refuses_float64() -> str | None:
+    """Why a float64 kernel torch_npu generates for the NPU cannot run, or None where it can.
+
+    triton-ascend's ``cast`` (``triton/triton_patch/language/semantic.py``) raises "[fp8, fp64] is
+    unsupported on Ascend for now" for any float64 conversion off the Ascend 950, and torch_npu 2.13.0's
+    NPU codegen still writes float64 kernels (a reduction over float64 loads and stores through a cast):
+    so a compiled float64 reduction on ``npu`` tensors stops in Triton's language layer, on a real NPU
+    and in the interpreter alike. Read from the installed file.
+    """
+    path = _package_file("triton", "triton_patch", "language", "semantic.py")
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as handle:
+        if "[fp8, fp64] is unsupported on Ascend" not in handle.read():
+            return None
+    return ("triton-ascend refuses float64 in NPU kernels ('[fp8, fp64] is unsupported on Ascend for now', "
+            "triton/triton_patch/language/semantic.py), and torch_npu's NPU codegen still writes them")

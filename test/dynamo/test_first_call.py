@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from facts import INDUCTOR_SETUP, needs_deferred_setup
+from facts import INDUCTOR_SETUP, needs_deferred_setup, triton_ascend_refuses_float64
 
 pytestmark = pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
 
@@ -37,6 +37,9 @@ def test_compiled_matches_eager(npu_lazy, name):
     import torch
 
     fn, dtype, shape = _ops()[name]
+    refused = triton_ascend_refuses_float64()
+    if dtype == torch.float64 and npu_lazy.device == "npu" and refused:
+        pytest.xfail(refused)
     x = (torch.randn(shape) * 4).to(dtype) if dtype.is_floating_point else torch.randint(-9, 9, shape, dtype=dtype)
     compiled = npu_lazy.compile(fn, backend="inductor")
     compiled(x.to(npu_lazy.device))  # compared with eager by the probe
