@@ -79,6 +79,8 @@ NOT_ERROR_RESULTS = {
     "aclGetTensorDescType": -1, "aclGetTensorDescFormat": -1,
 }
 NOT_EMULATED = 207000  # ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+#: what a refused call returns (ACL_ERROR_RT_TASK_TYPE_NOT_SUPPORT), and every call on a lost device (emulation.c)
+REFUSAL_RESULT = 507009
 
 # Identifiers in torch_npu's binaries that may name a CANN function looked up with dlsym.
 _CANDIDATE = re.compile(rb"\x00((?:acl|Hccl|rt)[A-Za-z]\w{2,80})(?=\x00)")  # a NUL may end one and start the next

@@ -11,12 +11,15 @@ place they are copied in.
 from __future__ import annotations
 
 import contextlib
+import os
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from . import inductor_cache
 from .blocking import ModuleBlocker
+from ..cann.common import ENV_MODE
 from ..cann.compute import ledger as compute_ledger
+from ..cann.emulation import REFUSAL_RESULT
 from .device_calls import DEVICE_CALLS, DeviceCall, DeviceCallLog, phase_holding, place_in_phases, summarise
 from ..errors import ProbeUsageError
 from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder, matches
@@ -295,7 +298,7 @@ class ProbeState:
             return merge_imports(part, self.phase_imports(own), self.watch) if own else part
 
         device_calls = self._device_call_summary()
-        computed = self._computed_summary()
+        computed = self._computed_summary(device_calls)
         spans += [(name, None, spans[-1][2] if spans else 0.0, 0.0) for name in device_calls
                   if name not in {span[0] for span in spans}]
         return Summary(
@@ -332,13 +335,20 @@ class ProbeState:
         return [(span.name, self.offset(span.started), None if span.ended is None else self.offset(span.ended))
                 for span in self.phases]
 
-    def _computed_summary(self) -> dict[str, list[dict]]:
-        """Under --npu-lazy-cann=compute, per phase: what computed each operator and kernel (empty otherwise)."""
-        entries = compute_ledger.LEDGER.since(self.computed_before)
-        if not entries:
+    def _computed_summary(self, device_calls: dict[str, list[dict]]) -> dict[str, list[dict]]:
+        """Under --npu-lazy-cann=compute, per phase: what computed each operator and kernel, and the device calls
+        the emulation refused (nothing computed them); empty in every other mode."""
+        if os.environ.get(ENV_MODE) != "compute":
             return {}
         spans, epoch = self._spans(), self.recorder._epoch
-        return compute_ledger.summarise(entries, lambda stamp: phase_holding(spans, self.offset(stamp - epoch)))
+        computed = compute_ledger.summarise(compute_ledger.LEDGER.since(self.computed_before),
+                                            lambda stamp: phase_holding(spans, self.offset(stamp - epoch)))
+        for phase, calls in device_calls.items():
+            refused = [{"by": compute_ledger.REFUSED, "name": call["name"], "detail": call["where"],
+                        "count": call["count"]} for call in calls if call["result"] == REFUSAL_RESULT]
+            if refused:
+                computed.setdefault(phase, []).extend(refused)
+        return computed
 
     # -- provenance -------------------------------------------------------
     def in_baseline(self, record: ImportRecord) -> bool:

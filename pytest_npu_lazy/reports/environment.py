@@ -20,8 +20,12 @@ from .known_warnings import hidden_warnings
 REQUIRES_NPU_HELP = (
     "requires_npu(emulated=False): the test needs a real NPU device; it skips, saying why, on the CANN host "
     "stub. emulated=True: device discovery and initialisation are enough, so the emulated NPU "
-    "(--npu-lazy-cann=emulate) runs it too; a real NPU runner runs it for real."
+    "(--npu-lazy-cann=emulate or compute) runs it too; emulated='compute': the device must compute, so the "
+    "emulated NPU that computes (--npu-lazy-cann=compute) runs it, and plain emulation skips it; a real NPU "
+    "runner runs it for real."
 )
+#: what ``requires_npu(emulated=...)`` takes
+EMULATED_CHOICES = (False, True, "compute")
 
 
 def triton_flavour() -> tuple[str, str | None]:
@@ -104,11 +108,15 @@ def describe(cann: CannStatus, npu_checked: tuple[bool, str] | None = None) -> E
     )
 
 
-def npu_missing_reason(cann: CannStatus, emulated_ok: bool = False) -> str | None:
-    """Why a test that needs a real NPU device (or, with emulated_ok, any NPU) must skip, without importing torch_npu."""
+def npu_missing_reason(cann: CannStatus, emulated_ok: bool | str = False) -> str | None:
+    """Why a test that needs a real NPU device (or, with emulated_ok, any NPU; with "compute", one that computes)
+    must skip, without importing torch_npu."""
     if cann.active == "emulate":
-        if emulated_ok:
+        if emulated_ok is True:
             return None
+        if emulated_ok == "compute":
+            return (f"needs an NPU that computes: running on the emulated NPU ({cann.version}), which runs no "
+                    "kernels (--npu-lazy-cann=compute computes them on the host)")
         return f"needs a real NPU device: running on the emulated NPU ({cann.version}), which cannot run kernels"
     if cann.active == "compute":
         if emulated_ok:
@@ -116,6 +124,9 @@ def npu_missing_reason(cann: CannStatus, emulated_ok: bool = False) -> str | Non
         return (f"needs a real NPU device: running on the emulated NPU ({cann.version}) that computes on the host "
                 "(ATen's CPU kernels, Triton's interpreter), which runs none of torch_npu's own NPU operators")
     if cann.active == "stub":
+        if emulated_ok == "compute":
+            return ("needs an NPU that computes, real or emulated (--npu-lazy-cann=compute): running on the CANN "
+                    "host stub")
         if emulated_ok:
             return "needs an NPU device, real or emulated (--npu-lazy-cann=emulate): running on the CANN host stub"
         return "needs a real NPU device: running on the CANN host stub - no NPU device"
@@ -136,7 +147,7 @@ class NpuGate:
     def pytest_configure(self, config: pytest.Config) -> None:
         config.addinivalue_line("markers", REQUIRES_NPU_HELP)
 
-    def missing_reason(self, emulated_ok: bool = False) -> str | None:
+    def missing_reason(self, emulated_ok: bool | str = False) -> str | None:
         reason = npu_missing_reason(self.cann, emulated_ok)
         if reason is None and self.cann.active not in ("emulate", "compute"):
             if self.answer is None:
@@ -155,9 +166,10 @@ class NpuGate:
         marker = item.get_closest_marker("requires_npu")
         if marker is not None:
             emulated_ok = marker.kwargs.get("emulated", False)
-            if not isinstance(emulated_ok, bool) or marker.args or set(marker.kwargs) - {"emulated"}:
-                pytest.fail(f"requires_npu takes only emulated=True or emulated=False, got args {marker.args} "
-                            f"and kwargs {marker.kwargs}", pytrace=False)
+            known = isinstance(emulated_ok, (bool, str)) and emulated_ok in EMULATED_CHOICES
+            if not known or marker.args or set(marker.kwargs) - {"emulated"}:
+                pytest.fail(f"requires_npu takes only emulated=True, emulated=False or emulated='compute', got "
+                            f"args {marker.args} and kwargs {marker.kwargs}", pytrace=False)
             reason = self.missing_reason(emulated_ok)
             if reason is not None:
                 raise pytest.skip.Exception(reason, _use_item_location=True)

@@ -1,0 +1,51 @@
+"""What torch_npu's Inductor op tests share (its ``test/_inductor/testutils.py``), for pytest.
+
+torch_npu's tests make their inputs on the NPU (``_generate_tensor``), compute the eager result
+there (``op_calc``), compile the same function with ``torch.compile(backend="inductor")``, and
+compare the two. The helpers here do the same, and :func:`kernels_since` reads what computed
+the compiled result under ``--npu-lazy-cann=compute`` (the Triton kernels the interpreter ran).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+#: the marks every op test carries: isolated, from a zygote that imported torch and torch_npu, on an NPU that computes
+MARKS = [pytest.mark.npu_lazy(preload=["torch", "torch_npu", "torch._dynamo", "torch._inductor.compile_fx"]),
+         pytest.mark.requires_npu(emulated="compute")]
+
+FLOATS = ("float32", "float16", "bfloat16")
+#: one shape per dtype, as torch_npu's ``_pointwise_demo_shapes`` mix them: aligned, odd (masks), 3-d
+SHAPE_OF = {"float32": (1024, 32), "float16": (3, 7, 33), "bfloat16": (64, 17), "int64": (1024, 32),
+            "int32": (5, 31), "bool": (64, 17)}
+
+
+def generate_tensor(shape, dtype: str, low=None, high=None):
+    """An input on the NPU, as torch_npu's ``_generate_tensor``: normal floats, integers in [low, high)."""
+    import torch
+
+    torch_dtype = getattr(torch, dtype)
+    if dtype == "bool":
+        return torch.randint(0, 2, shape, dtype=torch.int64).bool().npu()
+    if torch_dtype.is_floating_point:
+        return torch.randn(shape, dtype=torch.float32).to(torch_dtype).npu()
+    return torch.randint(-9 if low is None else low, 9 if high is None else high, shape, dtype=torch_dtype).npu()
+
+
+def compile_and_compare(op, *inputs, rtol=None, atol=None):
+    """Eager on the NPU, then compiled on the NPU, compared as torch_npu's tests compare them."""
+    import torch
+
+    torch._dynamo.reset()
+    std_result = op(*inputs)
+    inductor_result = torch.compile(op, backend="inductor")(*inputs)
+    tolerances = {"rtol": rtol, "atol": atol} if rtol is not None or atol is not None else {}
+    torch.testing.assert_close(inductor_result, std_result, **tolerances)
+    return inductor_result
+
+
+def kernels_since(index: int) -> list[str]:
+    """The Triton kernels Triton's interpreter ran since ledger entry ``index`` (compute mode)."""
+    from pytest_npu_lazy.cann.compute import LEDGER, TRITON_INTERPRETER
+
+    return [entry.name for entry in LEDGER.since(index) if entry.by == TRITON_INTERPRETER]

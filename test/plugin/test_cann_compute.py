@@ -1,0 +1,236 @@
+"""The emulated NPU that computes (--npu-lazy-cann=compute), through pytest as a user runs it.
+
+Each test writes a small test file and runs pytest on it in a fresh process. What is checked
+is what a device promises: eager operators give the values the CPU gives, with a device's
+semantics (in-place writes, views, ``out=``, factories, seeding, autograd); a compiled call
+runs the Triton kernel torch_npu generated, in Triton's interpreter, and the report says so;
+what nothing here can compute is refused and loses the device; and nothing a deferred-loading
+guarantee observes differs from the plain emulation.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.needs("torch", "torch_npu")
+
+COMPUTE = ("--npu-lazy-cann=compute", "-p", "npu_lazy")
+
+
+def _write(pytester, name: str, body: str) -> None:
+    pytester.path.joinpath(name).write_text(textwrap.dedent(body))
+
+
+def _json(pytester, run, name: str = "report.json") -> dict:
+    path = pytester.path / name
+    assert path.exists(), run.text()
+    return json.loads(path.read_text())
+
+
+def _phase(test: dict, name: str) -> dict:
+    return next(p for p in test["phases"] if p["name"] == name)
+
+
+EAGER = '''
+import pytest
+
+pytestmark = pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+
+
+def test_values_equal_the_cpu():
+    import torch
+    a, b = torch.randn(64, 33), torch.randn(33)
+    got = (a.npu() * b.npu() + 1).sin()
+    assert got.device.type == "npu"
+    torch.testing.assert_close(got.cpu(), (a * b + 1).sin())
+
+
+def test_in_place_on_a_view_writes_the_device_buffer():
+    import torch
+    base = torch.arange(6., device="npu").reshape(2, 3)
+    base.t().mul_(2)
+    base[1].add_(1)
+    assert base.cpu().tolist() == [[0., 2., 4.], [7., 9., 11.]]
+
+
+def test_out_argument_is_written_and_resized():
+    import torch
+    out = torch.empty(1, device="npu")
+    returned = torch.add(torch.ones(5, device="npu"), 2, out=out)
+    assert returned is out and out.shape == (5,) and out.cpu().tolist() == [3.] * 5
+
+
+def test_factories_dtypes_strides_and_scalars():
+    import torch
+    ones = torch.ones(3, 4, device="npu", dtype=torch.float16)
+    assert ones.device.type == "npu" and ones.dtype == torch.float16
+    strided = torch.arange(12, device="npu").reshape(3, 4)[:, ::2]
+    assert not strided.is_contiguous() and strided.cpu().tolist() == [[0, 2], [4, 6], [8, 10]]
+    assert (strided.sum() + 0).item() == 30
+    empty = torch.zeros(0, 5, device="npu")
+    assert empty.sum(dim=0).cpu().tolist() == [0.] * 5
+    assert torch.arange(5, device="npu").to(torch.float64).mean().item() == 2.0
+
+
+def test_random_numbers_follow_the_cpu_seed():
+    import torch
+    torch.manual_seed(7)
+    on_device = torch.randn(16, device="npu").cpu()
+    torch.manual_seed(7)
+    assert torch.equal(on_device, torch.randn(16))
+
+
+def test_autograd_through_device_tensors():
+    import torch
+    x = torch.linspace(-1, 1, 9, device="npu", requires_grad=True)
+    (x.sin() * x).sum().backward()
+    host = torch.linspace(-1, 1, 9, requires_grad=True)
+    (host.sin() * host).sum().backward()
+    torch.testing.assert_close(x.grad.cpu(), host.grad)
+'''
+
+
+def test_eager_operators_compute_with_a_devices_semantics(run_pytest, pytester):
+    _write(pytester, "test_eager.py", EAGER)
+    run = run_pytest(*COMPUTE, "-p", "no:randomly", "--npu-lazy-json=report.json")
+    assert set(run.outcomes.values()) == {"passed"} and len(run.outcomes) == 6, run.text()
+    report = _json(pytester, run)
+    test = next(t for t in report["tests"] if t["nodeid"].endswith("test_values_equal_the_cpu"))
+    rows = _phase(test, "test")["computed"]
+    assert {"by": "host ATen kernel", "name": "aten.mul.Tensor", "detail": "", "count": 1} in rows, rows
+    assert report["environment"]["cann_mode"] == "compute"
+    assert report["environment"]["device"].startswith("npu (emulated Ascend910B3, computing on the host")
+
+
+COMPILED = '''
+import pytest
+
+@pytest.mark.npu_lazy(preload=["torch"])
+def test_first_call_on_npu(npu_lazy):
+    import torch
+    with npu_lazy.phase("import"):
+        import torch_npu  # noqa: F401
+    assert npu_lazy.device == "npu"
+    fn = npu_lazy.compile(lambda x, y: torch.sin(x) + y * 2, backend="inductor")
+    npu_lazy.assert_not_loaded("torch_npu._inductor")
+    out = fn(torch.randn(1024, 32, device="npu"), torch.randn(1024, 32, device="npu"))
+    assert out.device.type == "npu"
+    assert npu_lazy.first_loaded("torch_npu._inductor") == "first_call"
+'''
+
+
+def test_a_compiled_call_runs_the_npu_kernel_in_the_interpreter_and_says_so(run_pytest, pytester, tmp_path):
+    _write(pytester, "test_compiled.py", COMPILED)
+    run = run_pytest(*COMPUTE, "--npu-lazy-json=report.json", "-p", "no:randomly")
+    assert run.outcomes == {"test_compiled.py::test_first_call_on_npu": "passed"}, run.text()
+    text = run.text()
+    assert "CANN: emulated NPU (Ascend910B3) that computes - eager operators by ATen's CPU kernels" in text
+    assert "Triton kernels in Triton's interpreter (TRITON_INTERPRET=1)" in text
+    test = _json(pytester, run)["tests"][0]
+    first = _phase(test, "first_call")["computed"]
+    kernels = [row for row in first if row["by"] == "Triton interpreter"]
+    assert [row["name"] for row in kernels] == ["triton_poi_fused_add_mul_sin_0"], first
+    assert kernels[0]["detail"].startswith("grid "), kernels
+    assert "NPU compiler options dropped" in kernels[0]["detail"], kernels  # the bridge said what it dropped
+    assert _phase(test, "eager")["computed"] == []  # the reference ran on CPU copies: nothing on the device
+
+
+WRONG_KERNEL = '''
+import pytest
+
+@pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+def test_mean(npu_lazy, monkeypatch, tmp_path):
+    import torch
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # compiled now, not served
+    monkeypatch.setenv("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
+    if {broken}:
+        import torch_npu._inductor.lowering as lowering
+        product = lowering.sympy_product  # a lowering regression: the NPU mean divides by one too many
+        monkeypatch.setattr(lowering, "sympy_product", lambda sizes: product(sizes) + 1)
+    fn = npu_lazy.compile(lambda x: x.mean(dim=-1), backend="inductor")
+    fn(torch.randn(8, 64, device="npu"))
+'''
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_a_wrong_npu_kernel_is_caught_and_the_failure_says_what_computed(run_pytest, pytester, broken):
+    _write(pytester, "test_wrong.py", WRONG_KERNEL.format(broken=broken))
+    run = run_pytest(*COMPUTE, "-p", "no:randomly")
+    expected = "failed" if broken else "passed"
+    assert run.outcomes == {"test_wrong.py::test_mean": expected}, run.text()
+    if broken:
+        failure = run.report("test_mean", "call")["longrepr"]
+        assert "npu_lazy: the compiled output of 'first_call' differs from eager" in failure
+        assert "Triton kernels in Triton's interpreter (triton_per_fused_mean_0)" in failure
+        assert "eager reference: the same function on CPU copies of the inputs (ATen's CPU kernels)" in failure
+
+
+REFUSED = '''
+import pytest
+
+@pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+def test_npu_operator_then_add():
+    import torch, torch_npu
+    x = torch.ones(4, device="npu")
+    with pytest.raises(RuntimeError, match="Swish"):
+        torch_npu.npu_silu(x).cpu()
+    with pytest.raises(RuntimeError, match="the emulated NPU is lost since an earlier refused call.*aclopCompileAndExecute"):
+        (x + 1).cpu()
+
+@pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+def test_the_next_test_has_a_working_device():
+    import torch
+    assert (torch.ones(4, device="npu") + 1).cpu().tolist() == [2.] * 4
+'''
+
+
+def test_an_operator_with_no_cpu_kernel_is_refused_and_loses_the_device(run_pytest, pytester):
+    _write(pytester, "test_refused.py", REFUSED)
+    run = run_pytest(*COMPUTE, "--npu-lazy-json=report.json", "-p", "no:randomly")
+    assert set(run.outcomes.values()) == {"passed"}, run.text()
+    test = next(t for t in _json(pytester, run)["tests"] if t["nodeid"].endswith("test_npu_operator_then_add"))
+    rows = _phase(test, "test")["computed"]
+    assert any(r["by"] == "refused" and r["name"] == "aclopCompileAndExecute" for r in rows), rows
+    assert {"by": "device lost", "name": "aten.add.Tensor", "detail": "", "count": 1} in rows, rows
+    assert not any(r["by"] == "host ATen kernel" and r["name"] == "aten.add.Tensor" for r in rows), rows
+
+
+GUARANTEE = '''
+import pytest
+
+@pytest.mark.npu_lazy(preload=["torch"])
+def test_guarantee(npu_lazy):
+    import torch
+    with npu_lazy.phase("import"):
+        import torch_npu  # noqa: F401
+    fn = npu_lazy.compile(lambda x: torch.sin(x) + 1, backend="inductor")
+    fn(torch.randn(8))
+'''
+
+
+def test_compute_changes_nothing_a_guarantee_observes(run_pytest, pytester):
+    """The same guarantee test under emulate and compute: same loads per phase (but the interpreter's own,
+    named below), same device calls per phase, same first phase of every watched module."""
+    _write(pytester, "test_guarantee.py", GUARANTEE)
+    phases = {}
+    for mode in ("emulate", "compute"):
+        run = run_pytest(f"--npu-lazy-cann={mode}", "-p", "npu_lazy", f"--npu-lazy-json={mode}.json",
+                         "--npu-lazy-json-modules")
+        assert set(run.outcomes.values()) == {"passed"}, run.text()
+        phases[mode] = {p["name"]: p for p in _json(pytester, run, f"{mode}.json")["tests"][0]["phases"]}
+    emulate, compute = phases["emulate"], phases["compute"]
+    assert list(emulate) == list(compute)
+    interpreter_only = {"triton.runtime.interpreter", "triton.language.extra.cann",
+                        "triton.language.extra.cann.extension", "triton.language.extra.cann.libdevice"}
+    for name in ("import", "wrap"):
+        loaded = {mode: {m["name"] for m in phases[mode][name]["modules"]} for mode in phases}
+        assert loaded["emulate"] <= loaded["compute"], name
+        assert loaded["compute"] - loaded["emulate"] <= (interpreter_only if name == "wrap" else set()), name
+        assert [w["pattern"] for w in emulate[name]["watched"]] == [w["pattern"] for w in compute[name]["watched"]]
+    for name in emulate:
+        calls = {mode: [(c["name"], c["result"], c["count"]) for c in phases[mode][name]["device_calls"]]
+                 for mode in phases}
+        assert calls["emulate"] == calls["compute"], name
