@@ -49,6 +49,8 @@ CONFIG = Path(os.environ.get("NPU_LAZY_MATRIX", ROOT / "matrix.toml"))
 EXACT = re.compile(r"^\d+(\.\d+)*(\.post\d+)?(\+[a-z0-9.]+)?$")
 
 nox.options.sessions = ["env", "upstream", "matrix"]
+#: the CANN modes a [[pair]] may list Triton flavours under, besides the host stub every flavour runs on
+EMULATED = ("emulate", "compute")
 nox.options.reuse_venv = "yes"
 
 
@@ -59,7 +61,8 @@ class Environment:
     flavour: str
     triton: tuple[str, ...]
     pip_args: tuple[str, ...]
-    #: the CANN mode the suites run under: "stub" (no device) or "emulate" (the emulated NPU)
+    #: the CANN mode the suites run under: "stub" (no device), "emulate" (the emulated NPU) or "compute" (the
+    #: emulated NPU that computes: test/dynamo's first calls on npu tensors, and test/npu_kernels)
     cann: str = "stub"
 
     @property
@@ -102,11 +105,12 @@ def _environments(path: Path) -> tuple[dict, list[Environment]]:
                 raise SystemExit(f"{path}: pair {index + 1}: {key} = {pair.get(key)!r}: pin an exact version "
                                  "(a looser spec can pull a CUDA build of torch, which torch_npu cannot import)")
         flavours = pair.get("triton", {"none": []})
-        unknown = [name for name in pair.get("emulate", []) if name not in flavours]
-        if unknown:
-            raise SystemExit(f"{path}: pair {index + 1}: emulate names Triton flavours it does not have: {unknown}")
+        for mode in EMULATED:
+            unknown = [name for name in pair.get(mode, []) if name not in flavours]
+            if unknown:
+                raise SystemExit(f"{path}: pair {index + 1}: {mode} names Triton flavours it does not have: {unknown}")
         for flavour, packages in flavours.items():
-            for cann in ["stub"] + (["emulate"] if flavour in pair.get("emulate", []) else []):
+            for cann in ["stub"] + [mode for mode in EMULATED if flavour in pair.get(mode, [])]:
                 environments.append(Environment(str(pair["torch"]), str(pair["torch_npu"]), flavour,
                                                 tuple(packages), tuple(pair.get("pip_args", [])), cann))
     if not environments:

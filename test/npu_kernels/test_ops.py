@@ -6,55 +6,71 @@ operator and dtype. Under ``--npu-lazy-cann=compute`` eager runs ATen's CPU kern
 device's host memory and the compiled call runs the Triton kernels torch_npu's NPU codegen
 wrote, in Triton's interpreter; the report lists them per test (``computed``). What the
 interpreter or the emulation cannot run, or where torch_npu's compiled result differs from
-eager for a reason of its own, is a strict xfail naming the reason (``KNOWN``), so a fix shows
-up as an unexpected pass. docs/npu-kernels.md is the table.
+eager for a reason of its own, is a strict xfail naming the reason (``KNOWN``): where it equals
+eager after all, the test fails, saying so. docs/npu-kernels.md is the table.
 """
 
 from __future__ import annotations
 
 import pytest
-from ops import BROADCAST, FLOATS, INT_REDUCTIONS, POINTWISE, REDUCTIONS, VIEWS
+import findings
+from ops import BROADCAST, FLOATS, INT_REDUCTIONS, POINTWISE, POSITIVE, REDUCTIONS, VIEWS
 from testutils import MARKS, SHAPE_OF, compile_and_compare, generate_tensor
 
 pytestmark = MARKS
 
-#: (test name, dtype) -> why the compiled result cannot equal eager here; each one a finding in docs/npu-kernels.md
-KNOWN: dict[tuple[str, str], str] = {}
+#: (test name, dtype) -> why the compiled result cannot equal eager here, read from the installed sources where it is
+#: torch_npu's doing (findings.py); each one a finding in docs/npu-kernels.md
+KNOWN: dict[tuple[str, str], str] = findings.known()
 
 
-def _known(name: str, dtype: str) -> None:
-    reason = KNOWN.get((name, dtype))
-    if reason is not None:
+def _compare(key: str, dtype: str, op, *inputs, **options) -> None:
+    """compile_and_compare, and for a known difference a strict xfail: one that equals eager now fails, saying so."""
+    reason = KNOWN.get((key, dtype))
+    if reason is None:
+        compile_and_compare(op, *inputs, **options)
+        return
+    try:
+        compile_and_compare(op, *inputs, **options)
+    except AssertionError:
         pytest.xfail(reason)
+    pytest.fail(f"expected the compiled result to differ from eager ({reason}), but it equals eager now: "
+                "take it out of findings.known() and docs/npu-kernels.md", pytrace=False)
 
 
 @pytest.mark.parametrize("name,dtype", [(name, dtype) for name, (_, dtypes, _) in POINTWISE.items()
                                         for dtype in dtypes])
 def test_pointwise(name, dtype):
     op, _, arity = POINTWISE[name]
-    _known(f"pointwise:{name}", dtype)
-    inputs = [generate_tensor(SHAPE_OF[dtype], dtype) for _ in range(arity)]
-    compile_and_compare(op, *inputs)
+    inputs = [generate_tensor(SHAPE_OF[dtype], dtype, positive=name in POSITIVE) for _ in range(arity)]
+    _compare(f"pointwise:{name}", dtype, op, *inputs)
 
 
 @pytest.mark.parametrize("dtype", FLOATS + ("int64",))
 @pytest.mark.parametrize("name", list(BROADCAST))
 def test_broadcast(name, dtype):
     op, other_shape = BROADCAST[name]
-    _known(f"broadcast:{name}", dtype)
     shape = SHAPE_OF[dtype]
-    compile_and_compare(op, generate_tensor(shape, dtype), generate_tensor(other_shape(shape), dtype))
+    _compare(f"broadcast:{name}", dtype, op, generate_tensor(shape, dtype), generate_tensor(other_shape(shape), dtype))
 
 
 @pytest.mark.parametrize("dtype", FLOATS + ("int64",))
 @pytest.mark.parametrize("name", list(VIEWS))
 def test_view(name, dtype):
-    _known(f"view:{name}", dtype)
-    compile_and_compare(VIEWS[name], generate_tensor(SHAPE_OF[dtype], dtype))
+    _compare(f"view:{name}", dtype, VIEWS[name], generate_tensor(SHAPE_OF[dtype], dtype))
 
 
 @pytest.mark.parametrize("name,dtype", [(name, dtype) for name in REDUCTIONS for dtype in FLOATS]
                          + [(name, "int64") for name in INT_REDUCTIONS])
 def test_reduction(name, dtype):
-    _known(f"reduction:{name}", dtype)
-    compile_and_compare(REDUCTIONS[name], generate_tensor(SHAPE_OF[dtype], dtype))
+    _compare(f"reduction:{name}", dtype, REDUCTIONS[name], generate_tensor(SHAPE_OF[dtype], dtype))
+
+
+@pytest.mark.parametrize("name", ["amax", "amin", "argmax", "argmin", "max_dim"])
+def test_reduction_with_nan_and_ties(name):
+    """Inductor's rules where NumPy's fast path stands in for the interpreter: NaN wins, ties go to the lowest index."""
+    import torch
+
+    x = torch.tensor([[1., 3., 3., 0.], [float("nan"), 2., float("nan"), 2.], [5., 5., 5., 5.]]).repeat(8, 4)
+    _compare(f"nan_and_ties:{name}", "float32", REDUCTIONS[name], x.npu(), equal_nan=True)
+    _compare(f"nan_and_ties:{name}", "float32", REDUCTIONS[name], x.t().contiguous().npu(), equal_nan=True)

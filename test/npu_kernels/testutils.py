@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 #: the marks every op test carries: isolated, from a zygote that imported torch and torch_npu, on an NPU that computes
-MARKS = [pytest.mark.npu_lazy(preload=["torch", "torch_npu", "torch._dynamo", "torch._inductor.compile_fx"]),
+#: (timeout: an interpreted kernel that runs away fails, naming the test, instead of holding the run)
+MARKS = [pytest.mark.npu_lazy(preload=["torch", "torch_npu", "torch._dynamo", "torch._inductor.compile_fx"], timeout=120),
          pytest.mark.requires_npu(emulated="compute")]
 
 FLOATS = ("float32", "float16", "bfloat16")
@@ -20,19 +21,21 @@ SHAPE_OF = {"float32": (1024, 32), "float16": (3, 7, 33), "bfloat16": (64, 17), 
             "int32": (5, 31), "bool": (64, 17)}
 
 
-def generate_tensor(shape, dtype: str, low=None, high=None):
-    """An input on the NPU, as torch_npu's ``_generate_tensor``: normal floats, integers in [low, high)."""
+def generate_tensor(shape, dtype: str, low=None, high=None, positive: bool = False):
+    """An input on the NPU, as torch_npu's ``_generate_tensor``: normal floats (``positive``: in [0.5, ...)),
+    integers in [low, high)."""
     import torch
 
     torch_dtype = getattr(torch, dtype)
     if dtype == "bool":
         return torch.randint(0, 2, shape, dtype=torch.int64).bool().npu()
     if torch_dtype.is_floating_point:
-        return torch.randn(shape, dtype=torch.float32).to(torch_dtype).npu()
+        values = torch.randn(shape, dtype=torch.float32)
+        return (values.abs() + 0.5 if positive else values).to(torch_dtype).npu()
     return torch.randint(-9 if low is None else low, 9 if high is None else high, shape, dtype=torch_dtype).npu()
 
 
-def compile_and_compare(op, *inputs, rtol=None, atol=None):
+def compile_and_compare(op, *inputs, rtol=None, atol=None, equal_nan=False):
     """Eager on the NPU, then compiled on the NPU, compared as torch_npu's tests compare them."""
     import torch
 
@@ -40,7 +43,7 @@ def compile_and_compare(op, *inputs, rtol=None, atol=None):
     std_result = op(*inputs)
     inductor_result = torch.compile(op, backend="inductor")(*inputs)
     tolerances = {"rtol": rtol, "atol": atol} if rtol is not None or atol is not None else {}
-    torch.testing.assert_close(inductor_result, std_result, **tolerances)
+    torch.testing.assert_close(inductor_result, std_result, equal_nan=equal_nan, **tolerances)
     return inductor_result
 
 
