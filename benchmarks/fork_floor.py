@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from benchmarks.harness import REPO, log
+from benchmarks.common import REPO, log
 
 SCRIPT = """
 import gc, os, statistics, sys, time

@@ -24,6 +24,7 @@ column runs, a sampler sums the private memory of every live module zygote
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import subprocess
 import sys
@@ -39,7 +40,18 @@ COLUMNS = {
     "per_test": ("isolated, per-test collection", ["--npu-lazy-module-zygotes=0"]),
     "module": ("isolated, module zygotes", []),
 }
-TARGET_RATIO = 0.6  # module zygotes at most 0.6x pytest-forked's marginal cost, on every row
+#: with this many cores or more, module zygotes must cost at most 0.6x pytest-forked's marginal cost per test
+MANY_CORES = 16
+
+
+def target_ratio(cores: int | None = None) -> float:
+    """Issue 26's per-test target as restated: at most 1.0x pytest-forked on a machine with fewer than 16 cores
+    (a 2-core runner is CPU-bound: the child alone spends what pytest-forked spends), 0.6x with 16 or more."""
+    cores = cores if cores is not None else (os.cpu_count() or 1)
+    return 0.6 if cores >= MANY_CORES else 1.0
+
+
+TARGET_RATIO = target_ratio()  # on every row, for this machine's cores
 TARGET_TRIVIAL_MS = 10.0
 TARGET_HEAVY_OVER_TRIVIAL = 1.2  # a test in a heavy module (sympy imported) at most 1.2x a trivial one
 RESULT = "modules"

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.harness import REPO, RESULTS, base_env, log, run_pytest
+from benchmarks.common import REPO, RESULTS, base_env, log, run_pytest
 
 DYNAMO = REPO / "test" / "dynamo"
 

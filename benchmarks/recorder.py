@@ -10,7 +10,7 @@ import statistics
 import subprocess
 import sys
 
-from benchmarks.harness import REPO, log
+from benchmarks.common import REPO, log
 
 RESULT = "recorder"
 TARGETS = {"recorder_overhead_pct": ("<=", 5.0)}

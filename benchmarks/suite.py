@@ -8,7 +8,7 @@ three single checks. Its ``-n 0`` run is also the baseline of
 
 from __future__ import annotations
 
-from benchmarks.harness import REPO, log, loadavg, outcomes, run_pytest, run_summary
+from benchmarks.common import REPO, log, loadavg, outcomes, run_pytest, run_summary
 
 RESULT = "suite"
 TARGETS = {"suite_speedup": (">=", 10.0)}

@@ -4,7 +4,7 @@ None (plain pytest, a conftest holding torch and torch_npu); pytest-forked,
 which forks that polluted pytest process; our zygote; our spawn mode; and a
 subprocess per test that imports torch and torch_npu, the way torch_npu's
 own tests work. A test's marginal cost is the time from its logstart to the
-next test's logstart in the pytest process (:func:`benchmarks.harness.per_test`);
+next test's logstart in the pytest process (:func:`benchmarks.common.per_test`);
 the physical floor under it is :mod:`benchmarks.fork_floor`'s.
 """
 
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import fork_floor
-from benchmarks.harness import FORKED_VERSION, forked_python, log, per_test, run_pytest, run_summary
+from benchmarks.common import FORKED_VERSION, forked_python, log, per_test, run_pytest, run_summary
 
 RESULT = "trivial"
 TARGETS = {"zygote_median_ms": ("<=", 25.0), "subprocess_over_zygote": (">=", 100.0)}

@@ -8,7 +8,8 @@ small library per soname and loads them with RTLD_GLOBAL before torch is importe
 dynamic linker then matches them by soname. The **host stub**'s functions all fail with
 "no device", so ``torch.npu.is_available()`` is False; the **emulated NPU**'s run device
 discovery, initialisation, streams, events and host-backed memory, and refuse kernels,
-operators and collectives (a refusal loses the device). Child processes get the same
+operators and collectives (a refusal loses the device); under ``compute`` the emulated
+device also computes, on the host (:mod:`.compute`). Child processes get the same
 libraries through LD_LIBRARY_PATH (see CannStatus.env).
 
 Nothing here imports torch, torch_npu or triton, nor any other part of the plugin: the
@@ -21,7 +22,8 @@ package must run before them.
 - :mod:`.emulation`: the emulated NPU's model, built from ``emulation.c``;
 - ``device_calls.c``: the recorder every stub and emulation library links;
 - :mod:`.triton_driver`: the emulated NPU's Triton driver (compiles and runs nothing);
-- :mod:`.activation`: real, stub, emulate or off, made active before torch loads;
+- :mod:`.compute`: the emulated NPU that computes (eager operators on the host, Triton kernels interpreted);
+- :mod:`.activation`: real, stub, emulate, compute or off, made active before torch loads;
 - :mod:`.device`: does a real NPU answer;
 - :mod:`.__main__`: the command line, ``python -m pytest_npu_lazy.cann``.
 """

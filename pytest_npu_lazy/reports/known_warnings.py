@@ -58,7 +58,8 @@ class HiddenWarning:
 
 def hidden_warnings(cann: CannStatus) -> list[HiddenWarning]:
     """The warnings hidden in this environment, each with its reason."""
-    return [hidden for hidden in (_triton_ascend_missing(cann), _script_method(), _ascend_home_path(cann)) if hidden]
+    found = (_triton_ascend_missing(cann), _script_method(), _ascend_home_path(cann), _no_bisheng(cann))
+    return [hidden for hidden in found if hidden]
 
 
 def hide(config: pytest.Config, cann: CannStatus) -> None:
@@ -127,3 +128,17 @@ def _ascend_home_path(cann: CannStatus) -> HiddenWarning | None:
         pattern=r"the zygote's preload \[.*\] printed.\nWarning. ASCEND_HOME_PATH environment variable is not "
                 r"set\.\Z",
         category="pytest_npu_lazy.errors.NpuLazyWarning")
+
+
+def _no_bisheng(cann: CannStatus) -> HiddenWarning | None:
+    """Under the emulated NPU, triton-ascend's driver asks its ``bisheng`` compiler for targets whenever Triton
+    looks for an active driver, finds no ``ccec`` and warns (in red); the emulated NPU's own driver answers
+    instead. True and harmless there: every first compiled call repeats it."""
+    version = distribution_version("triton-ascend")
+    if cann.active not in ("emulate", "compute") or version is None:
+        return None
+    return HiddenWarning(
+        "[Errno 2] No such file or directory: 'ccec'",
+        f"triton-ascend {version}'s driver looks for its bisheng compiler (ccec) to decide whether it is active; "
+        "there is none on this host, and the emulated NPU's Triton driver answers in its place",
+        pattern=r"(\x1b\[[0-9;]*m)?\[Errno 2\] No such file or directory. 'ccec'")

@@ -580,7 +580,7 @@ def test_activation_is_idempotent_and_refuses_to_switch(stub_cache):
     )
     assert answer["requested"] == "off" and answer["same"]
     assert answer["refused"] and "already active as 'off'" in answer["refused"]
-    assert "auto, real, stub, emulate, off" in answer["unknown"]
+    assert "auto, real, stub, emulate, compute, off" in answer["unknown"]
 
 
 @pytest.mark.needs("torch")

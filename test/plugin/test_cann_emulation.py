@@ -310,7 +310,7 @@ def test_bad_requires_npu_arguments_are_an_error(run_pytest, pytester, without_i
     pytester.makepyfile(test_bad="import pytest\n\n@pytest.mark.requires_npu(emulated='yes')\ndef test_x():\n    pass\n")
     run = run_pytest("--npu-lazy-cann=emulate")
     assert run.outcomes == {"test_bad.py::test_x": "error"}
-    assert "requires_npu takes only emulated=True or emulated=False" in run.text()
+    assert "requires_npu takes only emulated=True, emulated=False or emulated='compute'" in run.text()
 
 
 def test_matrix_tells_the_emulation_from_the_stub():

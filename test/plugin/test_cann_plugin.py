@@ -79,4 +79,4 @@ def test_bad_cann_mode_in_ini(run_pytest, pytester, without_inherited_stub):
     pytester.makeini("[pytest]\nnpu_lazy_cann = sometimes\n")
     run = run_pytest()
     assert run.result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "npu_lazy_cann = 'sometimes' is not valid; choose one of auto, real, stub, emulate, off" in run.text()
+    assert "npu_lazy_cann = 'sometimes' is not valid; choose one of auto, real, stub, emulate, compute, off" in run.text()
