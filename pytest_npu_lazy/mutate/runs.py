@@ -24,6 +24,12 @@ from .pytest_plugin import RESULTS_ENV, TIMEOUTS_ENV
 
 SITE_DIR = Path(__file__).with_name("site")
 
+#: Inductor's graph-level caches, off in every run: their keys cover torch's sources, not torch_npu's, so a mutant of
+#: torch_npu's lowerings or codegen would be served the graph compiled before it and "survive" without ever being
+#: compiled (docs/mutation.md). The kernel caches stay: they are keyed by the generated source itself, so a mutant
+#: that changes a kernel changes its key, and one that does not may reuse it.
+GRAPH_CACHES_OFF = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
+
 
 @dataclass
 class SuiteRun:
@@ -63,6 +69,7 @@ def run_suite(config: Config, plan: Plan, tests: list[str], extra_args: list[str
                 json.dump(test_limits, handle)
         env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), *filter(None, [env.get("PYTHONPATH")])])
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.update(GRAPH_CACHES_OFF)
         command = [python, "-m", "pytest", "-p", "pytest_npu_lazy.mutate.pytest_plugin", "-p", "no:cacheprovider",
                    "-p", "no:randomly", "-q", "--no-header", "-o", "console_output_style=classic",
                    f"--npu-lazy-timeout={config.test_timeout:g}", *config.pytest_args, *extra_args, *tests]

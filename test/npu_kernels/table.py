@@ -25,7 +25,7 @@ def _kind(nodeid: str) -> str:
 def _computed(test: dict) -> tuple[list[str], list[str]]:
     kernels, host = [], []
     for phase in test.get("phases", []):
-        if phase["name"] != "call" and phase["name"] != "test":
+        if phase["name"] not in ("test", "first_call", "call"):
             continue
         for row in phase.get("computed", []):
             (kernels if row["by"] == "Triton interpreter" else host).append(row["name"])
@@ -33,7 +33,7 @@ def _computed(test: dict) -> tuple[list[str], list[str]]:
 
 
 def render(report: dict) -> str:
-    tests = report["tests"]
+    tests = [t for t in report["tests"] if "npu_kernels/" in t["nodeid"]]
     environment = report["environment"]
     lines = [
         "# Compiled NPU kernels against eager, op by op (`test/npu_kernels`)",

@@ -234,3 +234,41 @@ def test_compute_changes_nothing_a_guarantee_observes(run_pytest, pytester):
         calls = {mode: [(c["name"], c["result"], c["count"]) for c in phases[mode][name]["device_calls"]]
                  for mode in phases}
         assert calls["emulate"] == calls["compute"], name
+
+
+MEAN_WITH_OUTSIDE_CACHE = '''
+import os
+import pytest
+
+@pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+def test_mean(npu_lazy, monkeypatch):
+    import torch
+    if os.environ.get("BREAK_MEAN"):
+        import torch_npu._inductor.lowering as lowering
+        product = lowering.sympy_product
+        monkeypatch.setattr(lowering, "sympy_product", lambda sizes: product(sizes) + 1)
+    fn = npu_lazy.compile(lambda x: x.mean(dim=-1), backend="inductor")
+    fn(torch.ones(8, 64, device="npu"))
+'''
+
+
+def test_a_lowering_mutant_survives_a_warm_graph_cache_and_not_the_mutation_runners(run_pytest, pytester, monkeypatch,
+                                                                                       tmp_path):
+    """Inductor's FX graph cache keys cover torch's sources, not torch_npu's: a changed NPU lowering is served the
+    graph compiled before it. The mutation runner turns the graph caches off in every run (GRAPH_CACHES_OFF)."""
+    from pytest_npu_lazy.mutate.runs import GRAPH_CACHES_OFF
+
+    _write(pytester, "test_cached.py", MEAN_WITH_OUTSIDE_CACHE)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "shared-inductor-cache"))
+    warm = run_pytest(*COMPUTE, "-p", "no:randomly")
+    assert warm.outcomes == {"test_cached.py::test_mean": "passed"}, warm.text()
+    monkeypatch.setenv("BREAK_MEAN", "1")
+    stale = run_pytest(*COMPUTE, "-p", "no:randomly")
+    assert stale.outcomes == {"test_cached.py::test_mean": "passed"}, (
+        "the broken lowering was caught through a warm graph cache: Inductor's cache key now covers torch_npu, "
+        "and docs/inductor-cache.md's finding is out of date\n" + stale.text())
+    for name, value in GRAPH_CACHES_OFF.items():
+        monkeypatch.setenv(name, value)
+    fresh = run_pytest(*COMPUTE, "-p", "no:randomly")
+    assert fresh.outcomes == {"test_cached.py::test_mean": "failed"}, fresh.text()
+    assert "differs from eager" in fresh.report("test_mean", "call")["longrepr"]
