@@ -115,7 +115,7 @@ def _main(argv: list[str] | None) -> int:
                 raise ConfigError("--report-only writes --markdown FILE; name one")
             results = sorted(session.rejudge(list(recorded.values())), key=session.source_order)
             not_run = [m for m in session.mutants() if m.id not in recorded]
-            args.markdown.write_text(report.markdown(results, earlier, not_run))
+            args.markdown.write_text(report.markdown(results, earlier, not_run, config))
             report.write_json(args.json, results, earlier)
             return 0
         command = "python -m pytest_npu_lazy.mutate " + " ".join(
@@ -144,7 +144,7 @@ def _main(argv: list[str] | None) -> int:
     if args.markdown:
         done = {r.mutant.id for r in results}
         not_run = [m for m in MutationPass(config, PassOptions(), progress=log).mutants() if m.id not in done]
-        args.markdown.write_text(report.markdown(results, prov, not_run))
+        args.markdown.write_text(report.markdown(results, prov, not_run, config))
     s = report.score(results)
     log(f"score: {s['caught']} of {s['judged']} caught ({s['score_pct']} %); survived {s['survived']}, "
         f"not run {s['not_run']}, timeout {s['timeout']}, error {s['error']}, equivalent {s['equivalent']}, "

@@ -45,6 +45,12 @@ class Config:
     #: functions whose mutants run first, in this order (the rest after them, in source order): a pass
     #: stopped early, or resumed in parts, has done the most wanted
     first: list[str] = field(default_factory=list)
+    #: what the pass is over, for the report's title ([report] subject)
+    subject: str = "torch_npu's deferred-loading code"
+
+    def describe_run(self) -> str:
+        """The pytest command each mutant's run is, as the report says it."""
+        return " ".join(["pytest", *self.pytest_args, *self.tests])
 
 
 def _toml(path: Path) -> dict:
@@ -103,7 +109,8 @@ def load(path: Path) -> Config:
                   pytest_args=list(run.get("pytest_args", [])), test_timeout=float(run.get("test_timeout", 120)),
                   mutant_timeout=float(run.get("mutant_timeout", 900)), verdicts=verdicts,
                   sample=list(sample.get("mutants", [])), sample_tests=list(sample.get("tests", [])),
-                  first=list(run.get("first", [])))
+                  first=list(run.get("first", [])),
+                  subject=str(data.get("report", {}).get("subject", "torch_npu's deferred-loading code")))
 
 
 def locate_source(module: str) -> Path:

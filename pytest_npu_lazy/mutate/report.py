@@ -21,20 +21,25 @@ from .selection import CoverageMap
 
 EXCUSED = ("equivalent", "device-only")
 
-INTRO = """# Mutation pass over torch_npu's deferred-loading code
+INTRO = """# Mutation pass over {subject}
 
-Written by `python -m pytest_npu_lazy.mutate` (test/dynamo/mutation.toml names the functions, the verdicts
+Written by `python -m pytest_npu_lazy.mutate` ({config} names the functions, the verdicts
 and the CI sample; `--help` lists the options). Each mutant is one edit of one installed torch_npu module,
-applied in memory at import in every process of a `pytest -p npu_lazy test/dynamo` run (pytest, zygotes,
+applied in memory at import in every process of a `{run}` run (pytest, zygotes,
 children, `python -c`); the files on disk are never touched. A mutant runs only the tests that ran its
 function in the coverage pass (every test, where the function also runs at import, in a zygote), the tests
 that caught its neighbours first, with `-x`. It is *caught* when a test fails or is killed at its timeout;
-a run killed at its own limit, or a pytest that breaks with no test failed, catches nothing.
+a run killed at its own limit, or a pytest that breaks with no test failed, catches nothing.{caches}
 
 *Equivalent*: no observable difference (argued in the row). *Device-only*: the difference shows only on an
 Ascend NPU; the row names the test that would catch it on an NPU runner. The score counts caught mutants
 out of all the others.
 """
+
+
+GRAPH_CACHES_SAID = (" Every run had\nInductor's graph caches off (docs/inductor-cache.md): their key omits torch_npu's "
+                     "sources, so a mutant of its\nlowerings or codegen was compiled, never served a graph compiled "
+                     "before it.")
 
 
 def score(results: list[MutantResult]) -> dict:
@@ -72,7 +77,8 @@ def provenance(command: str, root: Path, seconds: float, coverage: CoverageMap, 
             then.append(command)
     return {"command": first, "then": then, "commit": _commit(root), "torch_npu": _version("torch-npu"),
             "torch": _version("torch"), "python": platform.python_version(), "wall_seconds": round(seconds),
-            "coverage_seconds": coverage.seconds, "tests": len(coverage.tests)}
+            "coverage_seconds": coverage.seconds, "tests": len(coverage.tests),
+            "inductor_graph_caches": "off"}  # runs.GRAPH_CACHES_OFF, in every run since it was recorded
 
 
 def merge(recorded: dict[str, MutantResult], prov: dict, other: list[MutantResult], other_prov: dict) -> dict:
@@ -120,9 +126,15 @@ def _cell(text: str) -> str:
     return " ".join(text.replace("|", "\\|").split())
 
 
-def markdown(results: list[MutantResult], prov: dict, not_run: list | None = None) -> str:
+def markdown(results: list[MutantResult], prov: dict, not_run: list | None = None, config=None) -> str:
+    """The report; ``config`` (a Config) names what the pass is over and how each mutant ran."""
     s = score(results)
-    out = [INTRO,
+    intro = INTRO.format(
+        subject=config.subject if config is not None else "torch_npu's deferred-loading code",
+        config=_relative(config.path, config.root) if config is not None else "test/dynamo/mutation.toml",
+        run=config.describe_run() if config is not None else "pytest -p npu_lazy test/dynamo",
+        caches=GRAPH_CACHES_SAID if prov.get("inductor_graph_caches") == "off" else "")
+    out = [intro,
            "## Score\n",
            f"**{s['caught']} of {s['judged']} caught ({s['score_pct']} %)**: mutants generated "
            f"{s['generated'] + len(not_run or [])}, run {s['generated']}, caught {s['caught']}, survived {s['survived']}, run by no test {s['not_run']}, "
@@ -168,3 +180,10 @@ def markdown(results: list[MutantResult], prov: dict, not_run: list | None = Non
         out.append(f"| `{r.mutant.id}` | `{r.mutant.function}` | {r.mutant.line} | {r.mutant.operator} "
                    f"| {_cell(r.mutant.description)} | {result} |")
     return portable("\n".join(out)) + "\n"
+
+
+def _relative(path, root) -> str:
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return path.name
