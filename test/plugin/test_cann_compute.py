@@ -272,3 +272,55 @@ def test_a_lowering_mutant_survives_a_warm_graph_cache_and_not_the_mutation_runn
     fresh = run_pytest(*COMPUTE, "-p", "no:randomly")
     assert fresh.outcomes == {"test_cached.py::test_mean": "failed"}, fresh.text()
     assert "differs from eager" in fresh.report("test_mean", "call")["longrepr"]
+
+
+BRIDGE_CHECK = """
+import json, sys
+sys.path.insert(0, {root!r})
+from pytest_npu_lazy.cann.compute import interpreter
+planned = interpreter.planned()
+interpreter.install_language_shims()
+import triton.language as tl
+answer = {{"planned": planned, "in_force": sorted(interpreter.shims_in_force()),
+          "has_cann": hasattr(tl.extra, "cann")}}
+if "tl.extra.cann" in answer["in_force"]:
+    answer["hint"] = tl.extra.cann.extension.multibuffer(None, 2)
+    answer["ascend_libdevice"] = tl.extra.cann.libdevice.relu is tl.extra.ascend.libdevice.relu
+    try:
+        tl.extra.cann.extension.extract_slice
+    except interpreter.InterpreterGap as gap:
+        answer["gap"] = str(gap)
+print(json.dumps(answer))
+"""
+
+
+def _fake_triton(root, *extras: str) -> None:
+    """A Triton package tree with the given ``language/extra`` packages (and a libdevice with relu in each)."""
+    for package in ("triton", "triton/language", "triton/language/extra", "triton/runtime"):
+        (root / package).mkdir(parents=True, exist_ok=True)
+        (root / package / "__init__.py").write_text("")
+    (root / "triton/language/__init__.py").write_text("from . import extra, math\n")
+    (root / "triton/language/math.py").write_text("def floor(x): return x\n")
+    (root / "triton/language/extra/__init__.py").write_text(
+        "".join(f"from . import {name}\n" for name in extras))
+    (root / "triton/runtime/interpreter.py").write_text("def get_int1_ty(self): pass\n")
+    for name in extras:
+        (root / f"triton/language/extra/{name}").mkdir()
+        (root / f"triton/language/extra/{name}/__init__.py").write_text("from . import libdevice\n")
+        (root / f"triton/language/extra/{name}/libdevice.py").write_text("def relu(x): return x\n")
+
+
+@pytest.mark.parametrize("extras", [("ascend",), ("ascend", "cann")])
+def test_the_tl_extra_cann_bridge_stands_only_where_triton_lacks_it(tmp_path, extras):
+    from cann_support import run_python
+
+    _fake_triton(tmp_path, *extras)
+    got = run_python(BRIDGE_CHECK.format(root=str(tmp_path)))
+    if "cann" in extras:  # triton-ascend 3.2.1 and later: nothing to bridge, nothing said
+        assert "tl.extra.cann" not in got["planned"] and got["in_force"] == [] and got["has_cann"]
+        assert "get_int1_ty" not in got["planned"]  # this interpreter has it
+        return
+    assert "tl.extra.cann" in got["planned"] and got["in_force"] == ["tl.extra.cann"]
+    assert got["hint"] is None and got["ascend_libdevice"]
+    assert got["gap"].startswith("tl.extra.cann.extension.extract_slice: the installed ")
+    assert "needs a real Ascend device" in got["gap"]

@@ -77,6 +77,30 @@ def shims_in_force() -> dict[str, str]:
     return dict(_IN_FORCE)
 
 
+def planned() -> list[str]:
+    """The bridges that will stand once Triton loads, read from the installed files without importing Triton
+    (the header is written before any test runs): names only, each one's reason is in :func:`shims_in_force`."""
+    spec = importlib.util.find_spec("triton")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    root = os.path.join(list(spec.submodule_search_locations)[0])
+    bridges = []
+    extra = os.path.join(root, "language", "extra")
+    if os.path.isdir(os.path.join(extra, "ascend")) and not os.path.isdir(os.path.join(extra, "cann")):
+        bridges.append("tl.extra.cann")
+    bridges += ["launch keywords", "libdevice"]
+    try:
+        with open(os.path.join(root, "runtime", "interpreter.py"), encoding="utf-8") as handle:
+            source = handle.read()
+    except OSError:
+        source = ""
+    if "def get_int1_ty" not in source:
+        bridges.append("get_int1_ty")
+    if "int(self.handle.data)" in source:
+        bridges.append("one-element index (where NumPy refuses it)")
+    return bridges + ["fast Inductor reductions", "arguments aliased"]
+
+
 def _triton_version() -> str:
     from importlib import metadata
 
