@@ -4,7 +4,8 @@ Each test compiles through ``npu_lazy.compile``: the first call runs in phase ``
 with the same function, eager, on CPU copies of the inputs (under ``--npu-lazy-cann=compute``: ATen's CPU
 kernels, never the emulation; bfloat16/float16 in float32, rounded once). The report lists the Triton kernels
 the interpreter ran for each. Kinds: gathers and scatters, concatenation, looped (split) reductions, scans,
-dynamic shapes, a module whose matmul falls back to ATen, a backward pass, low-precision modules.
+dynamic shapes, a backward pass, low-precision operators. A module whose matmuls fall back to ATen is
+test/dynamo/test_first_call.py's ``test_small_module_matches_eager``, which runs on ``npu`` tensors here too.
 """
 
 from __future__ import annotations
@@ -57,16 +58,6 @@ def test_dynamic_shapes(npu_lazy):
         x = torch.randn(rows, 33)
         out = compiled(x.to(npu_lazy.device))  # the first is compared by the probe; the rest here
         torch.testing.assert_close(out.cpu(), (x.tanh() * 2).sum(dim=-1))
-
-
-def test_module_with_a_matmul_fallback(npu_lazy):
-    import torch
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).eval()
-    compiled = npu_lazy.compile(model.to(npu_lazy.device), backend="inductor")
-    with torch.no_grad():
-        compiled(torch.randn(3, 16, device=npu_lazy.device))
 
 
 def test_backward_pass(npu_lazy):
