@@ -75,6 +75,14 @@ def test_factories_dtypes_strides_and_scalars():
     assert torch.arange(5, device="npu").to(torch.float64).mean().item() == 2.0
 
 
+def test_cpu_tensors_beside_device_ones_are_refused_as_on_a_device():
+    import torch
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.ones(3, device="npu") + torch.ones(3)
+    assert (torch.ones(3, device="npu") + torch.tensor(2.)).cpu().tolist() == [3.] * 3  # a CPU scalar is taken
+    assert torch.arange(5., device="npu")[torch.tensor([4, 0])].cpu().tolist() == [4., 0.]  # CPU indices too
+
+
 def test_random_numbers_follow_the_cpu_seed():
     import torch
     torch.manual_seed(7)
@@ -96,7 +104,7 @@ def test_autograd_through_device_tensors():
 def test_eager_operators_compute_with_a_devices_semantics(run_pytest, pytester):
     _write(pytester, "test_eager.py", EAGER)
     run = run_pytest(*COMPUTE, "-p", "no:randomly", "--npu-lazy-json=report.json")
-    assert set(run.outcomes.values()) == {"passed"} and len(run.outcomes) == 6, run.text()
+    assert set(run.outcomes.values()) == {"passed"} and len(run.outcomes) == 7, run.text()
     report = _json(pytester, run)
     test = next(t for t in report["tests"] if t["nodeid"].endswith("test_values_equal_the_cpu"))
     rows = _phase(test, "test")["computed"]

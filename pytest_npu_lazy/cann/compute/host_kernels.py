@@ -39,6 +39,10 @@ DEVICE_OWNED_PREFIXES = ("empty", "new_empty", "_empty")
 DEVICE_OWNED = frozenset({"resize_", "resize_as_", "set_", "record_stream", "_has_compatible_shallow_copy_type",
                           "is_pinned", "_pin_memory"})
 
+#: Operators that take CPU tensors beside device ones on a device too: copies between the two, and indices
+MIXED_DEVICES_ALLOWED = frozenset({"copy_", "_copy_from", "_copy_from_and_resize", "_to_copy", "index", "index_put",
+                                   "index_put_", "_index_put_impl_", "_unsafe_index", "_unsafe_index_put"})
+
 _LIBRARY = None  # the torch.library.Library holding the kernels: registrations live as long as it does
 _REGISTERED: tuple[str, ...] = ()
 
@@ -194,8 +198,36 @@ def make_kernel(op):
                 handed.append(to_device(value, result_device) if torch.device(result_device).type == "npu" else value)
         return handed[0] if len(returns) == 1 else tuple(handed)
 
-    kernel.__name__ = f"npu_lazy_host_{schema.name.split('::')[-1]}"
+    base = schema.name.split("::")[-1]
+    if base not in MIXED_DEVICES_ALLOWED:
+        check_devices = kernel
+
+        def kernel(*args, **kwargs):
+            _refuse_mixed_devices(name, args, kwargs)
+            return check_devices(*args, **kwargs)
+
+    kernel.__name__ = f"npu_lazy_host_{base}"
     return kernel
+
+
+def _refuse_mixed_devices(name: str, args, kwargs) -> None:
+    """A device refuses a CPU tensor beside its own (a 0-dim CPU tensor is a scalar, which it takes): so do we,
+    with ATen's words, instead of computing on the host what a device would refuse."""
+    import torch
+
+    def tensors(values):
+        for value in values:
+            if isinstance(value, torch.Tensor):
+                yield value
+            elif isinstance(value, (list, tuple)):
+                yield from tensors(value)
+
+    found = list(tensors((*args, *kwargs.values())))
+    other = next((t for t in found if t.device.type != "npu" and t.dim() > 0), None)
+    device = next((t.device for t in found if t.device.type == "npu"), None)
+    if other is not None and device is not None:
+        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, {device} "
+                           f"and {other.device}! ({name} on the emulated NPU, as on a device)")
 
 
 def _computes_nothing(base: str, op) -> bool:
