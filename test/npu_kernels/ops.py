@@ -119,6 +119,10 @@ REDUCTIONS = {
     "sum_keepdim_sub": lambda x: x - x.sum(dim=-1, keepdim=True),
     "any": lambda x: (x > 1).any(dim=-1),
     "cumsum": lambda x: x.cumsum(dim=-1),
+    "mean_in_float32": lambda x: x.mean(dim=-1, dtype=_t().float32),
+    "max_all": lambda x: x.max(),
+    "min_all": lambda x: x.min(),
+    "min_dim": lambda x: x.min(dim=0),
 }
 #: reductions over integers, as torch_npu's tests give them (sum, max, argmax)
 INT_REDUCTIONS = ("sum_last", "sum_first", "amax", "argmax", "max_dim", "cumsum")
