@@ -136,12 +136,32 @@ def entry_lines(entry: dict, verbosity: int = 0, width: int = 80,
                 names = [m["name"] for m in phase["modules"]]
                 lines += [(line, {}) for line in fit(joined([["modules:", names[0]], *[[n] for n in names[1:]]], ","),
                                                      indent + "    ", width)]
+    for phase in entry["phases"]:  # under --npu-lazy-cann=compute: what computed, per phase
+        said = computed_by(phase.get("computed") or [])
+        if said:
+            lines += [(line, {}) for line in fit([f"computed in {phase['name']}:", *said], "    ", width)]
     if len(violation.get("chain") or ()) > 1:  # a loaded module's import chain, a device call's Python line
         links = joined([["violation:", violation["chain"][0]], *[[link] for link in violation["chain"][1:]]], " <-")
         lines += [(line, {"red": True}) for line in fit(links, "    ", width)]
     if verdict:
         lines += [(line, {}) for line in fit(["budget:", verdict], "    ", width)]
     return lines
+
+
+def computed_by(rows: list[dict]) -> list[str]:
+    """``Triton interpreter: k1, k2;`` ``host ATen kernel: 3 operators;`` ``refused: aclopCompileAndExecute``."""
+    by: dict[str, list[str]] = {}
+    for row in rows:
+        by.setdefault(row["by"], []).append(row["name"])
+    said = []
+    for kind, names in by.items():
+        if kind == "host ATen kernel":
+            said.append(f"{kind}: {len(names)} operator{'s' if len(names) != 1 else ''};")
+        else:
+            said.append(f"{kind}: {', '.join(dict.fromkeys(names))};")
+    if said:
+        said[-1] = said[-1].rstrip(";")
+    return said
 
 
 def _head(parts: list[str], width: int) -> list[str]:
