@@ -274,3 +274,29 @@ def triton_ascend_refuses_float64() -> str | None:
             return None
     return ("triton-ascend refuses float64 in NPU kernels ('[fp8, fp64] is unsupported on Ascend for now', "
             "triton/triton_patch/language/semantic.py), and torch_npu's NPU codegen still writes them")
+
+
+@lru_cache(maxsize=None)
+def ci_variable_breaks_gelu_fallback() -> str | None:
+    """Why compiling ``gelu`` fails where the ``CI`` variable is set and a device is present, or None.
+
+    Where a device makes torch_npu load its Triton backend, ``_register_triton_decompositions``
+    (torch_npu/_inductor/decomposition.py) deletes Inductor's decomposition of ``aten.gelu``
+    (``DECOMPOSITION_OVERLOAD_OP``) and registers no lowering for it, so Inductor falls back to ATen
+    through ``make_fallback``; stock torch's ``make_fallback`` (torch/_inductor/lowering.py) asserts, only
+    when ``os.getenv("CI")`` is set, that an op with a decomposition in ``torch._decomp`` gets no fallback.
+    GitHub Actions and most CI systems set ``CI``: there, a cold first compile of any graph holding gelu
+    fails on an NPU runner (a warm graph cache hides it). Read from both files.
+    """
+    torch_npu_decomp = _package_file("torch_npu", "_inductor", "decomposition.py")
+    lowering = _package_file("torch", "_inductor", "lowering.py")
+    if torch_npu_decomp is None or lowering is None:
+        return None
+    with open(torch_npu_decomp, encoding="utf-8") as handle:
+        deletes_gelu = "DECOMPOSITION_OVERLOAD_OP" in (text := handle.read()) and "aten.gelu," in text
+    with open(lowering, encoding="utf-8") as handle:
+        asserts_in_ci = 'bool(os.getenv("CI"))' in handle.read()
+    if not (deletes_gelu and asserts_in_ci):
+        return None
+    return ("torch_npu's Triton backend deletes Inductor's gelu decomposition and registers no lowering, and "
+            "stock torch's make_fallback asserts, where CI is set, that an op with a decomposition gets none")

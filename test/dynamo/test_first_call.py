@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from facts import INDUCTOR_SETUP, needs_deferred_setup, triton_ascend_refuses_float64
+from facts import INDUCTOR_SETUP, ci_variable_breaks_gelu_fallback, needs_deferred_setup, triton_ascend_refuses_float64
 
 pytestmark = pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
 
@@ -77,3 +77,22 @@ def test_second_call_loads_nothing_new(npu_lazy):
     compiled(x)
     compiled(x)
     assert npu_lazy.modules("call") == []
+
+
+@needs_deferred_setup
+@pytest.mark.requires_npu(emulated=True)
+def test_ci_variable_breaks_a_cold_gelu_compile_on_a_device(npu_lazy, monkeypatch, tmp_path):
+    """torch_npu's finding, pinned: with a device present, the CI variable set and a cold graph cache, compiling
+    gelu fails in stock torch's CI-only make_fallback assertion; without CI it compiles (the tests above)."""
+    import torch
+
+    reason = ci_variable_breaks_gelu_fallback()
+    if reason is None:
+        pytest.skip("the installed torch_npu or torch no longer has the constructs that made gelu fail where CI is set")
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # cold: the graph is lowered now
+    monkeypatch.setenv("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
+    fn = npu_lazy.compile(torch.nn.functional.gelu, backend="inductor")
+    with pytest.raises(Exception, match=r"make_fallback\(aten\.gelu\.default\): a decomposition exists"):
+        fn(torch.randn(2, 16, device=npu_lazy.device))
+    npu_lazy.record("finding", reason)
