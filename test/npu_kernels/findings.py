@@ -55,6 +55,8 @@ def known() -> dict[tuple[str, str], str]:
     cumsum = integer_cumsum_compiles_to_int32()
     if cumsum:
         table[("reduction:cumsum", "int64")] = cumsum
+        table[("cumsum_scalar", "int64")] = cumsum
+        table[("cumsum_bool", "bool")] = cumsum
     nan = arg_extremum_misses_nan()
     if nan:
         for name in ("argmax", "argmin", "max_dim"):

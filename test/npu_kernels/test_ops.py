@@ -74,3 +74,16 @@ def test_reduction_with_nan_and_ties(name):
     x = torch.tensor([[1., 3., 3., 0.], [float("nan"), 2., float("nan"), 2.], [5., 5., 5., 5.]]).repeat(8, 4)
     _compare(f"nan_and_ties:{name}", "float32", REDUCTIONS[name], x.npu(), equal_nan=True)
     _compare(f"nan_and_ties:{name}", "float32", REDUCTIONS[name], x.t().contiguous().npu(), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64"])
+def test_cumsum_of_a_scalar(dtype):
+    """A 0-dim cumsum: torch_npu's lowering copies it (in int32 for integers, as for every integer cumsum)."""
+    import torch
+
+    x = torch.tensor(7, dtype=getattr(torch, dtype)).npu()
+    _compare("cumsum_scalar", dtype, lambda t: t.cumsum(0), x)
+
+
+def test_cumsum_of_booleans():
+    _compare("cumsum_bool", "bool", lambda t: t.cumsum(-1), generate_tensor(SHAPE_OF["bool"], "bool"))
