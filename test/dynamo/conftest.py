@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))  # facts and regressions, for the tests and the zoo
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))  # test/breakage.py, shared by both suites
 
+from ci_variable import without_ci_variable  # noqa: E402,F401 (an autouse fixture, for every test here)
 from regressions import ENV, REGRESSIONS  # noqa: E402
 
 # Inductor compiles in-process, without its pool of compile-worker subprocesses: starting that pool costs
@@ -32,12 +33,3 @@ def injected_regression():
             raise pytest.UsageError(f"{ENV}={name!r}: no such regression; known: {', '.join(REGRESSIONS)}")
         REGRESSIONS[name]()
     yield name
-
-
-@pytest.fixture(autouse=True)
-def without_ci_variable(monkeypatch):
-    """Stock torch's ``make_fallback`` turns into an assertion where ``CI`` is set (any CI system sets it), and
-    torch_npu's Triton backend trips it for gelu on a device (facts.ci_variable_breaks_gelu_fallback, pinned by
-    test/dynamo/test_first_call.py::test_ci_variable_breaks_a_cold_gelu_compile_on_a_device): the suite's
-    verdicts must not depend on whether the runner sets it, so each test runs without it unless it sets it."""
-    monkeypatch.delenv("CI", raising=False)

@@ -13,17 +13,9 @@ from __future__ import annotations
 import os
 import sys
 
-import pytest
-
 sys.path.insert(0, os.path.dirname(__file__))  # testutils and ops, for the tests
+sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))  # test/ci_variable.py, shared with test/dynamo
+
+from ci_variable import without_ci_variable  # noqa: E402,F401 (an autouse fixture, for every test here)
 
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # as test/dynamo: no compile-worker pool
-
-
-@pytest.fixture(autouse=True)
-def without_ci_variable(monkeypatch):
-    """Stock torch's ``make_fallback`` turns into an assertion where ``CI`` is set (any CI system sets it), and
-    torch_npu's Triton backend trips it for gelu on a device (facts.ci_variable_breaks_gelu_fallback, pinned by
-    test/dynamo/test_first_call.py::test_ci_variable_breaks_a_cold_gelu_compile_on_a_device): the suite's
-    verdicts must not depend on whether the runner sets it, so each test runs without it unless it sets it."""
-    monkeypatch.delenv("CI", raising=False)
