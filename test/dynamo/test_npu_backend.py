@@ -57,7 +57,22 @@ def on_npu(npu_lazy):
     host = torch.randn(64)
     with npu_lazy.phase("to_device"):
         device = host.to("npu")
+        _until_the_task_queue_set_its_device(npu_lazy)
     return host, device
+
+
+def _until_the_task_queue_set_its_device(npu_lazy, seconds: float = 10.0) -> None:
+    """torch_npu's task-queue thread sets the device as it starts, off the main thread. Its copy to the device waits
+    for that thread on an NPU and under ``emulate``; under ``compute`` the host copies and nothing waits, so on a
+    loaded machine the thread's ``aclrtSetDevice`` could land in the next phase and read as the wrapper's. Wait (a
+    bounded while) until it is in this phase; a call the wrapper makes itself is still the wrapper's."""
+    import time
+
+    if not npu_lazy.device_calls_recorded:
+        return
+    deadline = time.monotonic() + seconds
+    while "aclrtSetDevice" not in npu_lazy.device_calls("to_device") and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def test_wrapper_for_npu_tensors_defers_the_npu_backend(npu_lazy, on_npu):
