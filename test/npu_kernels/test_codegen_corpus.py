@@ -20,6 +20,8 @@ def _ops():
     import torch
     import torch.nn.functional as F
 
+    torch.manual_seed(0)
+
     index = torch.tensor([[0, 3, 1, 2], [2, 2, 0, 1], [1, 0, 3, 3], [3, 1, 2, 0]])
     return {
         "gather": (lambda x, i: torch.gather(x, 1, i) * 2, [torch.randn(4, 16), index]),
@@ -46,8 +48,24 @@ def _ops():
                                   "cumsum_float", "where_mask_fill", "softmax_bf16", "layer_norm_f16"])
 def test_first_call_matches_eager(npu_lazy, name):
     fn, inputs = _ops()[name]
-    compiled = npu_lazy.compile(fn, backend="inductor")
+    compiled = npu_lazy.compile(fn, backend="inductor", **_summation_tolerance(name, inputs))
     compiled(*(x.to(npu_lazy.device) for x in inputs))
+
+
+#: the long float32 sums, and how many values each adds up
+LONG_SUMS = {"split_sum_65536": 65536, "looped_rows_8192": 8192}
+
+
+def _summation_tolerance(name: str, inputs) -> dict:
+    """A long float32 sum that a kernel adds up in another order (split, looped) than ATen's CPU kernel differs in its
+    last bits: by at most about n * eps * max|x| (the worst-case bound of summation in any order), which is the
+    absolute tolerance of those cases; every other case keeps assert_close's defaults."""
+    if name not in LONG_SUMS:
+        return {}
+    import torch
+
+    bound = LONG_SUMS[name] * torch.finfo(torch.float32).eps * float(inputs[0].abs().max())
+    return {"rtol": 1.3e-6, "atol": bound}
 
 
 def test_dynamic_shapes(npu_lazy):
