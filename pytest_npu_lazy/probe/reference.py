@@ -65,10 +65,9 @@ class EagerReference:
     def for_call(cls, fn: Callable, args: tuple, kwargs: dict) -> "EagerReference":
         import torch
 
-        on_host = emulated_npu_computes() and (any(_on_npu(x) for x in _leaves((args, kwargs)))
-                                               or _module_on_npu(fn))
-        upcast = on_host and any(isinstance(x, torch.Tensor) and x.dtype in _low_precision()
-                                 for x in _leaves((args, kwargs)))
+        leaves = _leaves((args, kwargs))
+        on_host = emulated_npu_computes() and (any(_on_npu(x) for x in leaves) or _module_on_npu(fn))
+        upcast = on_host and any(isinstance(x, torch.Tensor) and x.dtype in _low_precision() for x in leaves)
         copies = _copies((args, kwargs), on_host, upcast)
         fn = _host_module(fn) if on_host else fn
         return cls(fn, copies[0], copies[1], on_host, upcast)

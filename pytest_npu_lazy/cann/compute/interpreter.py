@@ -83,7 +83,7 @@ def planned() -> list[str]:
     spec = importlib.util.find_spec("triton")
     if spec is None or not spec.submodule_search_locations:
         return []
-    root = os.path.join(list(spec.submodule_search_locations)[0])
+    root = list(spec.submodule_search_locations)[0]
     bridges = []
     extra = os.path.join(root, "language", "extra")
     if os.path.isdir(os.path.join(extra, "ascend")) and not os.path.isdir(os.path.join(extra, "cann")):
