@@ -144,8 +144,14 @@ def _end_with_controller() -> None:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     from .reports.environment import describe
 
+    from .probe import inductor_cache
+
     gate = config.pluginmanager.get_plugin("npu_lazy_npu_gate")
-    return describe(config.stash[_CANN_KEY], gate.answer if gate else None).header_lines()
+    lines = describe(config.stash[_CANN_KEY], gate.answer if gate else None).header_lines()
+    policy = config.stash[_STATE_KEY].resolver.inductor_cache  # said under --npu-lazy-isolate=off too: one header
+    lines.append(f"npu_lazy: Inductor cache of isolated tests: {inductor_cache.describe(policy)}; tests run "
+                 "in-process share the process's")
+    return lines
 
 
 def _runs_no_tests(config: pytest.Config) -> bool:

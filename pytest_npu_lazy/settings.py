@@ -16,11 +16,12 @@ import pytest
 
 from .cann.common import ENV_CACHE, ENV_TRACE, MODES
 from .errors import MarkerError
+from .probe import inductor_cache
 from .probe.summary import DEFAULT_WATCH
 
 ISOLATE_CHOICES = ("marked", "all", "off")
 ISOLATION_MODES = ("fork", "spawn")
-MARKER_OPTIONS = ("preload", "isolation", "autoload", "timeout", "block", "track")
+MARKER_OPTIONS = ("preload", "isolation", "autoload", "timeout", "block", "track", "inductor_cache")
 
 INI = {
     # name: (help, type, default)
@@ -45,6 +46,9 @@ INI = {
                       "emulate (an emulated NPU: device paths run, kernels do not), compute (the emulated NPU "
                       "computes: eager ops by ATen's CPU kernels, Triton kernels interpreted) or off",
                       "string", "auto"),
+    "npu_lazy_inductor_cache": ("the Inductor cache each isolated test starts with: cold-graphs (default: graph "
+                                "caches off, kernels cached for this run), cold (an empty cache per test) or "
+                                "shared (the environment's)", "string", inductor_cache.DEFAULT),
 }
 ENV = {
     "isolate": "PYTEST_NPU_LAZY_ISOLATE",
@@ -52,14 +56,16 @@ ENV = {
     "timeout": "PYTEST_NPU_LAZY_TIMEOUT",
     "cann": "PYTEST_NPU_LAZY_CANN",
     "module_zygotes": "PYTEST_NPU_LAZY_MODULE_ZYGOTES",
+    "inductor_cache": "PYTEST_NPU_LAZY_INDUCTOR_CACHE",
 }
 CANN_MODES = MODES  # the CANN package owns its modes
 
 MARKER_HELP = (
     "npu_lazy(preload=[...], isolation='fork'|'spawn', autoload=False, timeout=SECONDS, block=[...], "
-    "track=[...]): run this test in a clean interpreter forked from a zygote that imported only "
-    "`preload`; `timeout` 0 or None: no limit, whatever the run's; `block` makes modules look absent; "
-    "`track` counts calls of 'pkg.mod:function'."
+    "track=[...], inductor_cache='cold-graphs'|'cold'|'shared'): run this test in a clean interpreter forked "
+    "from a zygote that imported only `preload`; `timeout` 0 or None: no limit, whatever the run's; `block` "
+    "makes modules look absent; `track` counts calls of 'pkg.mod:function'; `inductor_cache`: the Inductor "
+    "cache it starts with."
 )
 
 
@@ -104,19 +110,25 @@ class TestSettings:
     watch: tuple[str, ...] = DEFAULT_WATCH
     #: whether a report of this run reads every module of every phase (Resolver.list_modules)
     list_modules: bool = True
+    #: the Inductor cache an isolated test starts with (:mod:`.probe.inductor_cache`), and the directory of
+    #: this run it is kept in (None under "shared", and for a test in the pytest process)
+    inductor_cache: str = inductor_cache.DEFAULT
+    inductor_cache_dir: str | None = None
 
     def to_dict(self) -> dict:
         """What an isolated child needs (it is isolated by definition): the inverse of :meth:`from_dict`."""
         return {"isolation": self.isolation, "baseline": self.baseline.to_dict(), "timeout": self.timeout,
                 "block": list(self.block), "track": list(self.track), "preload_source": self.preload_source,
-                "watch": list(self.watch), "list_modules": self.list_modules}
+                "watch": list(self.watch), "list_modules": self.list_modules,
+                "inductor_cache": self.inductor_cache, "inductor_cache_dir": self.inductor_cache_dir}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TestSettings":
         return cls(isolated=True, isolation=data["isolation"], baseline=Baseline.from_dict(data["baseline"]),
                    timeout=data["timeout"], block=tuple(data["block"]), track=tuple(data["track"]),
                    preload_source=data["preload_source"], watch=tuple(data["watch"]),
-                   list_modules=data["list_modules"])
+                   list_modules=data["list_modules"], inductor_cache=data["inductor_cache"],
+                   inductor_cache_dir=data["inductor_cache_dir"])
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -145,6 +157,11 @@ def add_options(parser: pytest.Parser) -> None:
                          f"env {ENV['module_zygotes']}")
     group.addoption("--npu-lazy-require-npu", action="store_true", default=False,
                     help="fail the run unless a real NPU device is usable (never test on the stub by accident)")
+    group.addoption("--npu-lazy-inductor-cache", choices=inductor_cache.POLICIES, default=None,
+                    help="the Inductor cache each isolated test starts with: cold-graphs (default: Inductor's graph "
+                         "caches off, kernels cached for this run only, so every first call compiles its graph), "
+                         "cold (an empty cache per test: kernels built too) or shared (the environment's, as a "
+                         f"user's process has it); env {ENV['inductor_cache']}")
     for name, (help_text, kind, default) in INI.items():
         parser.addini(name, help_text, type=kind, default=default)
 
@@ -181,6 +198,11 @@ class Resolver:
         self.config = config
         self.isolate = self._choice("isolate", ISOLATE_CHOICES)
         self.isolation = self._choice("isolation", ISOLATION_MODES)
+        self.inductor_cache = self._choice("inductor_cache", inductor_cache.POLICIES)
+        self.inductor_cache_dir = None
+        if self.isolate != "off":
+            self.inductor_cache_dir = inductor_cache.RunDirectory()
+            config.add_cleanup(self.inductor_cache_dir.remove)
         cli_preload = config.getoption("npu_lazy_preload")
         if cli_preload is not None:
             preload = tuple(m.strip() for m in cli_preload.split(",") if m.strip())
@@ -273,7 +295,10 @@ class Resolver:
                 f"npu_lazy marker: block={list(block)} conflicts with preload={list(preload)}: {clash[0]!r} "
                 "would be loaded by the preload before it could be blocked. Remove it from one of them "
                 "(e.g. preload=[] and import what you need inside the test).")
+        cache_policy = options.get("inductor_cache", self.inductor_cache)
         return TestSettings(
+            inductor_cache=cache_policy,
+            inductor_cache_dir=None if cache_policy == "shared" or not isolated else self.inductor_cache_dir.get(),
             isolated=isolated,
             isolation=options.get("isolation", self.isolation),
             baseline=baseline,
@@ -329,6 +354,13 @@ def _validated(key: str, value: Any) -> Any:
     if key == "isolation":
         if value not in ISOLATION_MODES:
             raise MarkerError(f"npu_lazy marker: isolation={value!r} is not a mode; choose 'fork' or 'spawn'.")
+        return value
+    if key == "inductor_cache":
+        if value not in inductor_cache.POLICIES:
+            close = difflib.get_close_matches(str(value), inductor_cache.POLICIES, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise MarkerError(f"npu_lazy marker: inductor_cache={value!r} is not a policy.{hint} Choose one of "
+                              f"{', '.join(map(repr, inductor_cache.POLICIES))}.")
         return value
     if key == "autoload":
         if not isinstance(value, bool):

@@ -18,7 +18,14 @@ The operators (each as small as a reviewer would miss):
 - ``change-constant``: ``True``/``False`` swap, a number moves by one, a string changes;
 - ``drop-decorator``: ``@run_once``, ``@functools.lru_cache(None)``, ``@staticmethod``... go;
 - ``swap-statements``: two neighbouring statements of a set-up sequence change places;
-- ``swap-steps``: two neighbouring entries of a literal table of steps change places.
+- ``swap-steps``: two neighbouring entries of a literal table of steps change places;
+- ``record-before-work``: a statement that records state (an assignment to, or ``del`` of, an attribute, an
+  item or a ``global``/``nonlocal`` name; a container's ``add``/``append``/``remove``...; an ``if`` doing only
+  that) moves ahead of an earlier
+  statement of its block that does work (a call, an import, a block holding one): variant ``up-N``, ahead of
+  line N; or that work moves after the record: variant ``down-N``, after line N. The refactor "set the
+  state, then do the work": after the work fails, the state says it was done. A move that would read a name
+  before the statement that binds it, and the neighbour swaps ``swap-statements`` already makes, are left out.
 
 Docstrings, logging, warnings and the text of raised errors are not mutated:
 an edit there changes only what a person reads.
@@ -69,7 +76,7 @@ class _Site:
     function: str
     target: str
     description: str
-    edit: Callable[[ast.AST], ast.AST | None]  # the node -> its replacement (None: leave as is)
+    edit: Callable[[ast.AST], ast.AST | None] | str | tuple  # the node -> its replacement (None: leave as is); "swap-with-next"; ("move", from, to)
 
 
 def _src(node: ast.AST) -> str:
@@ -101,6 +108,8 @@ class _Walker:
         self.module = module
         self.targets = targets
         self.sites: list[_Site] = []
+        #: the names each function declares ``global`` or ``nonlocal``: assigning one records state
+        self._declared: dict[str, set[str]] = {}
 
     # -- walking -----------------------------------------------------------
     def walk_module(self, tree: ast.Module) -> None:
@@ -120,6 +129,8 @@ class _Walker:
 
     def _definition(self, node: ast.AST, path: tuple, qualname: str, target: str) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            self._declared[qualname] = {name for stmt in _own_statements(node) if isinstance(stmt, (ast.Global,
+                                        ast.Nonlocal)) for name in stmt.names}
             for index, decorator in enumerate(node.decorator_list):
                 self._add(path, "drop-decorator", str(index), decorator, qualname, target,
                           f"@{_src(decorator)} removed from {node.name}", _drop_decorator(index))
@@ -153,6 +164,30 @@ class _Walker:
                 here = path + ((field[0], index),)
                 self._add(here, "swap-statements", "", first, function, target,
                           f"{_src(first)} <-> {_src(second)}", None, swap_with_next=True)
+        self._records_before_work(body, field, path, function, target)
+
+    def _records_before_work(self, body: list, field: tuple, path: tuple, function: str, target: str) -> None:
+        """record-before-work: each recording statement moved ahead of each earlier working statement of the
+        block, and each such work moved after the record, where no name is then read before it is bound."""
+        declared = self._declared.get(function, set())
+        for index, record in enumerate(body):
+            if not _records_state(record, declared):
+                continue
+            for earlier in range(index - 1, -1, -1):
+                work = body[earlier]
+                if not _does_work(work) or _records_state(work, declared):
+                    continue
+                between = body[earlier:index]
+                if not _reads(record) & _binds(between):  # the record, moved up, reads nothing bound on the way
+                    if not (earlier == index - 1 and _swapped_already(work, record)):
+                        self._add(path + ((field[0], index),), "record-before-work", f"up-{work.lineno}", record,
+                                  function, target, f"{_first_line(record)} moved ahead of {_first_line(work)}",
+                                  ("move", index, earlier))
+                after = body[earlier + 1:index + 1]
+                if earlier < index - 1 and not _reads(*after) & _binds([work]):
+                    self._add(path + ((field[0], earlier),), "record-before-work", f"down-{record.lineno}", work,
+                              function, target, f"{_first_line(work)} moved after {_first_line(record)}",
+                              ("move", earlier, index))
 
     def _statement(self, stmt: ast.stmt, body: list, index: int, path: tuple, function: str, target: str) -> None:
         if isinstance(stmt, (ast.Pass, ast.Global, ast.Nonlocal)) or _is_text_for_people(stmt):
@@ -293,6 +328,74 @@ def _is_setup_step(stmt: ast.stmt) -> bool:
         stmt, (ast.Assign, ast.AugAssign, ast.Import, ast.ImportFrom))
 
 
+#: methods that add to or take from a container: a call of one records state, as an assignment to an item does
+#: (``sys.meta_path.remove(trigger)`` records that the trigger fired)
+_RECORDING_METHODS = {"add", "append", "extend", "update", "setdefault", "insert", "__setitem__", "remove",
+                      "discard"}
+
+
+def _own_statements(node: ast.AST) -> Iterator[ast.AST]:
+    """Every node of a function's own body, not of the functions and classes defined in it."""
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        child = stack.pop()
+        yield child
+        if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(child))
+
+
+def _records_state(stmt: ast.stmt, declared: set[str]) -> bool:
+    """An assignment to an attribute, an item or a global/nonlocal name, or a container's add: state that
+    outlives the statement, which a later call may read to decide that something was done."""
+    if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+        targets = stmt.targets if isinstance(stmt, (ast.Assign, ast.Delete)) else [stmt.target]
+        return any(isinstance(t, (ast.Attribute, ast.Subscript)) or (isinstance(t, ast.Name) and t.id in declared)
+                   for t in targets)
+    if isinstance(stmt, ast.If) and not stmt.orelse:  # ``if trigger in hooks: hooks.remove(trigger)``
+        return not any(isinstance(node, ast.Call) for node in ast.walk(stmt.test)) \
+            and all(_records_state(inner, declared) for inner in stmt.body)
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
+        and isinstance(stmt.value.func, ast.Attribute) and stmt.value.func.attr in _RECORDING_METHODS
+
+
+def _does_work(stmt: ast.stmt) -> bool:
+    """A statement that can fail while doing something: an import, or a call anywhere in it (a nested
+    function's body aside), text for people aside."""
+    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+        return True
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Return, ast.Raise, ast.Pass,
+                         ast.Global, ast.Nonlocal)) or _is_text_for_people(stmt):
+        return False
+    return any(isinstance(node, (ast.Call, ast.Import, ast.ImportFrom)) for node in _own_statements(stmt)) \
+        or isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+
+
+def _binds(statements) -> set[str]:
+    """Names the statements bind: assigned, imported, defined, or bound by a loop, ``with`` or ``except``."""
+    names = set()
+    for stmt in statements:
+        for node in [stmt, *_own_statements(stmt)]:
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                names.add(node.name)
+    return names
+
+
+def _reads(*statements) -> set[str]:
+    return {node.id for stmt in statements for node in [stmt, *_own_statements(stmt)]
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+
+
+def _swapped_already(first: ast.stmt, second: ast.stmt) -> bool:
+    """Whether swap-statements makes this neighbour swap (the same edit under its own name)."""
+    return _is_setup_step(first) and _is_setup_step(second) and (_is_call_statement(first) or _is_call_statement(second))
+
+
 def _to_pass(node: ast.AST) -> ast.AST:
     return ast.Pass()
 
@@ -408,6 +511,11 @@ def _apply(tree: ast.Module, site: _Site) -> None:
     if site.edit == "swap-with-next":
         body = getattr(parent, field)
         body[index], body[index + 1] = body[index + 1], body[index]
+        return
+    if isinstance(site.edit, tuple):  # ("move", from, to): a statement of this block moved to another place
+        _, source, destination = site.edit
+        body = getattr(parent, field)
+        body.insert(destination, body.pop(source))
         return
     node = getattr(parent, field)[index] if index is not None else getattr(parent, field)
     replacement = site.edit(node)

@@ -85,6 +85,8 @@ class ProbeState:
     listener: Callable[[dict], None] | None = None
     #: Inductor's cache counters when the test started: cold and warm runs load different modules
     cache_counters: dict[str, int] = field(default_factory=inductor_cache.snapshot)
+    #: the cache the plugin gave the test ("shared" in the pytest process: its own caches)
+    inductor_cache_policy: str | None = None
     #: the process's device-call log, and how many of its calls came before this test
     device_log: DeviceCallLog = DEVICE_CALLS
     device_calls_before: int = 0
@@ -115,6 +117,7 @@ class ProbeState:
         self.preload_source = settings.preload_source
         self.watch = tuple(settings.watch)
         self.list_modules = settings.list_modules
+        self.inductor_cache_policy = "shared" if self.in_process_reason is not None else settings.inductor_cache
         return self
 
     def __post_init__(self) -> None:
@@ -311,6 +314,7 @@ class ProbeState:
             blocked=tuple(self.blocker.blocked),
             watch=tuple(self.watch),
             inductor_cache=inductor_cache.state(self.cache_counters, inductor_cache.snapshot()),
+            inductor_cache_policy=self.inductor_cache_policy,
             phases=tuple(
                 {"name": name, "parent": parent, "start": start, "duration": duration,
                  **dict(zip(("module_count", "modules", "watched"), imports_of(name))),

@@ -53,8 +53,11 @@ class Summary:
     blocked: tuple[str, ...] = ()
     watch: tuple[str, ...] = DEFAULT_WATCH
     phases: tuple[PhaseSummary, ...] = ()
-    #: "cold", "warm", "mixed" or None (Inductor's cache unused): the budget compares like with like
+    #: "cold", "warm", "mixed", "uncached" or None (nothing compiled): the state the test's compilations met,
+    #: from torch's counters; the budget compares like with like
     inductor_cache: Optional[str] = None
+    #: the cache the plugin gave the test: "cold-graphs", "cold" or "shared" (probe/inductor_cache.py)
+    inductor_cache_policy: Optional[str] = None
     #: why no device call could be recorded (None: they were)
     device_calls_unavailable: Optional[str] = None
     device_calls_dropped: int = 0

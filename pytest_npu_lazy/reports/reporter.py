@@ -169,6 +169,7 @@ class Reporter:
         self.write_errors: list[str] = []
         self.watch = resolver.watch
         self.growth = resolver.budget_growth
+        self.inductor_cache = resolver.inductor_cache
         self.baseline_path = config.getoption("npu_lazy_baseline")
         self.baseline: dict | None = None
         if self.baseline_path and not hasattr(config, "workerinput"):
@@ -248,6 +249,7 @@ class Reporter:
             "watch": list(self.watch),
             "baseline": self.baseline_path,
             "budget_growth": self.growth,
+            "inductor_cache_policy": self.inductor_cache,
             "plugin_version": __version__,
         }
         return relative_paths(document(self.environment(), run, [r.entry(with_modules) for r in self.results.values()]),

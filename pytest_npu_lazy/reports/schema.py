@@ -88,12 +88,13 @@ def result_entry(nodeid: str, outcome: str, duration: float, *, message: str | N
 
 
 #: the summary's keys of a test that ran in the pytest process
-_NOT_ISOLATED = {"inductor_cache": None, "isolation": None, "baseline": None, "preload": [], "blocked": [],
+_NOT_ISOLATED = {"inductor_cache": None, "inductor_cache_policy": None, "isolation": None, "baseline": None, "preload": [], "blocked": [],
                  "device_calls_unavailable": None, "device_calls_dropped": 0, "records": {}, "phases": []}
 
 
 def _summary_keys(summary: Summary, with_modules: bool) -> dict:
-    return {"inductor_cache": summary.inductor_cache, "isolation": summary.isolation, "baseline": summary.baseline,
+    return {"inductor_cache": summary.inductor_cache, "inductor_cache_policy": summary.inductor_cache_policy,
+            "isolation": summary.isolation, "baseline": summary.baseline,
             "preload": list(summary.preload), "blocked": list(summary.blocked),
             "device_calls_unavailable": summary.device_calls_unavailable,
             "device_calls_dropped": summary.device_calls_dropped, "records": dict(summary.records),

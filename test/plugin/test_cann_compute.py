@@ -263,26 +263,34 @@ def test_mean(npu_lazy, monkeypatch):
 '''
 
 
-def test_a_lowering_mutant_survives_a_warm_graph_cache_and_not_the_mutation_runners(run_pytest, pytester, monkeypatch,
-                                                                                       tmp_path):
+def test_a_lowering_mutant_survives_a_warm_graph_cache_and_not_the_plugins_or_the_mutation_runners(
+        run_pytest, pytester, monkeypatch, tmp_path):
     """Inductor's FX graph cache keys cover torch's sources, not torch_npu's: a changed NPU lowering is served the
-    graph compiled before it. The mutation runner turns the graph caches off in every run (GRAPH_CACHES_OFF)."""
+    graph compiled before it, where tests share the environment's cache (--npu-lazy-inductor-cache=shared). The
+    plugin's default policy (cold-graphs) and the mutation runner (GRAPH_CACHES_OFF) compile it again, and catch
+    it, with the same warm cache directory."""
     from pytest_npu_lazy.mutate.runs import GRAPH_CACHES_OFF
 
     _write(pytester, "test_cached.py", MEAN_WITH_OUTSIDE_CACHE)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "shared-inductor-cache"))
-    warm = run_pytest(*COMPUTE, "-p", "no:randomly")
+    shared = "--npu-lazy-inductor-cache=shared"
+    warm = run_pytest(*COMPUTE, shared)
     assert warm.outcomes == {"test_cached.py::test_mean": "passed"}, warm.text()
     monkeypatch.setenv("BREAK_MEAN", "1")
-    stale = run_pytest(*COMPUTE, "-p", "no:randomly")
+    stale = run_pytest(*COMPUTE, shared, "--npu-lazy-json=stale.json")
     assert stale.outcomes == {"test_cached.py::test_mean": "passed"}, (
         "the broken lowering was caught through a warm graph cache: Inductor's cache key now covers torch_npu, "
         "and docs/inductor-cache.md's finding is out of date\n" + stale.text())
+    assert _json(pytester, stale, "stale.json")["tests"][0]["inductor_cache"] == "warm"
+    plugin = run_pytest(*COMPUTE, "--npu-lazy-json=plugin.json")  # the default policy, same warm directory
+    assert plugin.outcomes == {"test_cached.py::test_mean": "failed"}, plugin.text()
+    assert "differs from eager" in plugin.report("test_mean", "call")["longrepr"]
+    test = _json(pytester, plugin, "plugin.json")["tests"][0]
+    assert (test["inductor_cache_policy"], test["inductor_cache"]) == ("cold-graphs", "uncached")
     for name, value in GRAPH_CACHES_OFF.items():
         monkeypatch.setenv(name, value)
-    fresh = run_pytest(*COMPUTE, "-p", "no:randomly")
-    assert fresh.outcomes == {"test_cached.py::test_mean": "failed"}, fresh.text()
-    assert "differs from eager" in fresh.report("test_mean", "call")["longrepr"]
+    runner = run_pytest(*COMPUTE, shared)  # as the mutation runner runs each mutant
+    assert runner.outcomes == {"test_cached.py::test_mean": "failed"}, runner.text()
 
 
 BRIDGE_CHECK = """

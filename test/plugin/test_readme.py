@@ -52,8 +52,9 @@ def _section(title: str) -> str:
 def _plugin_env_vars() -> set[str]:
     """Every PYTEST_NPU_LAZY_* variable the plugin's code names, but the ones it sets for its own processes.
 
-    Those are the child's descriptor and the mutation runner's plan and results file: the runner (a tool beside
-    pytest, with its own --help) sets them for the processes of each run it starts; no user sets them.
+    Those are the child's descriptor, the run's Inductor cache directory (the outermost pytest process names it
+    to the workers and nested runs it starts) and the mutation runner's plan and results file: the runner (a
+    tool beside pytest, with its own --help) sets them for the processes of each run it starts; no user sets them.
     """
     package = Path(__file__).resolve().parents[2] / "pytest_npu_lazy"
     names = set()
@@ -61,7 +62,7 @@ def _plugin_env_vars() -> set[str]:
         if "mutate" in source.relative_to(package).parts:
             continue
         names.update(re.findall(r"PYTEST_NPU_LAZY_[A-Z_]+", source.read_text()))
-    return names - {"PYTEST_NPU_LAZY_CHILD_FD"}
+    return names - {"PYTEST_NPU_LAZY_CHILD_FD", "PYTEST_NPU_LAZY_INDUCTOR_RUN_DIR"}
 
 
 def test_every_option_ini_key_and_env_var_is_in_the_options_table_and_help(pytester):
@@ -81,11 +82,12 @@ def test_every_option_ini_key_and_env_var_is_in_the_options_table_and_help(pytes
 def test_options_with_choices_list_every_choice_in_the_options_table():
     """Each option that takes one of a few values shows them all (`auto|real|stub|emulate|off`), in the
     code's order, so a mode added to the code and not to the README fails here."""
+    from pytest_npu_lazy.probe.inductor_cache import POLICIES
     from pytest_npu_lazy.settings import CANN_MODES, ISOLATE_CHOICES, ISOLATION_MODES
 
     table = _section("Options")
     for option, choices in (("--npu-lazy-isolate", ISOLATE_CHOICES), ("--npu-lazy-isolation", ISOLATION_MODES),
-                            ("--npu-lazy-cann", CANN_MODES)):
+                            ("--npu-lazy-cann", CANN_MODES), ("--npu-lazy-inductor-cache", POLICIES)):
         shown = re.search(rf"`{option}=([^`]*)`", table)
         assert shown, f"the options table has no `{option}=...` cell"
         assert shown[1].split("\\|") == list(choices), f"{option}: the table shows {shown[1]!r}, the code {choices}"

@@ -23,7 +23,7 @@ import pytest
 from ...errors import NpuLazyError
 from ...forks.channel import Channel, ChannelClosed, ProtocolError, send
 from ...forks.processes import set_title
-from ...probe import state as probe
+from ...probe import inductor_cache, state as probe
 from ...probe.device_calls import DEVICE_CALLS
 from ...probe.recorder import RECORDER
 from ...settings import TestSettings
@@ -206,6 +206,7 @@ class TestRun:
         self.target = target
         self.nodeid = nodeid = target.nodeid
         adopt_basetemp(self.config, target.basetemp)
+        inductor_cache.apply(settings.inductor_cache, settings.inductor_cache_dir)
         self.state = probe.ProbeState.for_settings(settings, nodeid) if state is None else state.adopt(settings, nodeid)
         self.state.listener = self._send_phase
         self.state.replay_phases()  # a module zygote's collect phase, told to the pytest process now
