@@ -46,8 +46,8 @@ INI = {
                       "emulate (an emulated NPU: device paths run, kernels do not), compute (the emulated NPU "
                       "computes: eager ops by ATen's CPU kernels, Triton kernels interpreted) or off",
                       "string", "auto"),
-    "npu_lazy_inductor_cache": ("the Inductor cache each isolated test starts with: cold-graphs (default: graph "
-                                "caches off, kernels cached for this run), cold (an empty cache per test) or "
+    "npu_lazy_inductor_cache": ("the Inductor cache each isolated test starts with: cold (default: every graph "
+                                "lookup misses, kernels cached for this run), empty (an empty cache per test) or "
                                 "shared (the environment's)", "string", inductor_cache.DEFAULT),
 }
 ENV = {
@@ -62,7 +62,7 @@ CANN_MODES = MODES  # the CANN package owns its modes
 
 MARKER_HELP = (
     "npu_lazy(preload=[...], isolation='fork'|'spawn', autoload=False, timeout=SECONDS, block=[...], "
-    "track=[...], inductor_cache='cold-graphs'|'cold'|'shared'): run this test in a clean interpreter forked "
+    "track=[...], inductor_cache='cold'|'empty'|'shared'): run this test in a clean interpreter forked "
     "from a zygote that imported only `preload`; `timeout` 0 or None: no limit, whatever the run's; `block` "
     "makes modules look absent; `track` counts calls of 'pkg.mod:function'; `inductor_cache`: the Inductor "
     "cache it starts with."
@@ -158,9 +158,9 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--npu-lazy-require-npu", action="store_true", default=False,
                     help="fail the run unless a real NPU device is usable (never test on the stub by accident)")
     group.addoption("--npu-lazy-inductor-cache", choices=inductor_cache.POLICIES, default=None,
-                    help="the Inductor cache each isolated test starts with: cold-graphs (default: Inductor's graph "
-                         "caches off, kernels cached for this run only, so every first call compiles its graph), "
-                         "cold (an empty cache per test: kernels built too) or shared (the environment's, as a "
+                    help="the Inductor cache each isolated test starts with: cold (default: every lookup of "
+                         "Inductor's graph caches misses, kernels are cached for this run only: each first call "
+                         "compiles as on a cold cache), empty (an empty cache per test: kernels built too) or shared (the environment's, as a "
                          f"user's process has it); env {ENV['inductor_cache']}")
     for name, (help_text, kind, default) in INI.items():
         parser.addini(name, help_text, type=kind, default=default)

@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .session import MutantResult
+from .runs import GRAPH_CACHES
 from .selection import CoverageMap
 
 EXCUSED = ("equivalent", "device-only")
@@ -37,9 +38,13 @@ out of all the others.
 """
 
 
-GRAPH_CACHES_SAID = (" Every run had\nInductor's graph caches off (docs/inductor-cache.md): their key omits torch_npu's "
-                     "sources, so a mutant of its\nlowerings or codegen was compiled, never served a graph compiled "
-                     "before it.")
+GRAPH_CACHES_SAID = {
+    "off": (" Every run had\nInductor's graph caches off (docs/inductor-cache.md): their key omits torch_npu's "
+            "sources, so a mutant of its\nlowerings or codegen was compiled, never served a graph compiled before it."),
+    "cold": (" Every run missed\nInductor's graph caches (a cache-key tag of its own; docs/inductor-cache.md): "
+             "their key omits torch_npu's\nsources, so a mutant of its lowerings or codegen was compiled, never "
+             "served a graph compiled before it."),
+}
 
 
 def score(results: list[MutantResult]) -> dict:
@@ -78,7 +83,7 @@ def provenance(command: str, root: Path, seconds: float, coverage: CoverageMap, 
     return {"command": first, "then": then, "commit": _commit(root), "torch_npu": _version("torch-npu"),
             "torch": _version("torch"), "python": platform.python_version(), "wall_seconds": round(seconds),
             "coverage_seconds": coverage.seconds, "tests": len(coverage.tests),
-            "inductor_graph_caches": "off"}  # runs.GRAPH_CACHES_OFF, in every run since it was recorded
+            "inductor_graph_caches": GRAPH_CACHES}  # in every run since it was recorded
 
 
 def merge(recorded: dict[str, MutantResult], prov: dict, other: list[MutantResult], other_prov: dict) -> dict:
@@ -133,7 +138,7 @@ def markdown(results: list[MutantResult], prov: dict, not_run: list | None = Non
         subject=config.subject if config is not None else "torch_npu's deferred-loading code",
         config=_relative(config.path, config.root) if config is not None else "test/dynamo/mutation.toml",
         run=config.describe_run() if config is not None else "pytest -p npu_lazy test/dynamo",
-        caches=GRAPH_CACHES_SAID if prov.get("inductor_graph_caches") == "off" else "")
+        caches=GRAPH_CACHES_SAID.get(prov.get("inductor_graph_caches"), ""))
     out = [intro,
            "## Score\n",
            f"**{s['caught']} of {s['judged']} caught ({s['score_pct']} %)**: mutants generated "

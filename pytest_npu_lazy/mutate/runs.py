@@ -18,17 +18,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..probe import inductor_cache
 from .config import Config
 from .hook import ENV, Plan
 from .pytest_plugin import RESULTS_ENV, TIMEOUTS_ENV
 
 SITE_DIR = Path(__file__).with_name("site")
 
-#: Inductor's graph-level caches, off in every run: their keys cover torch's sources, not torch_npu's, so a mutant of
-#: torch_npu's lowerings or codegen would be served the graph compiled before it and "survive" without ever being
-#: compiled (docs/mutation.md). The kernel caches stay: they are keyed by the generated source itself, so a mutant
-#: that changes a kernel changes its key, and one that does not may reuse it.
-GRAPH_CACHES_OFF = {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
+#: Inductor's graph-level caches miss in every run (a cache-key tag of the run's own): their keys cover torch's
+#: sources, not torch_npu's, so a mutant of torch_npu's lowerings or codegen would be served the graph compiled
+#: before it and "survive" without ever being compiled (docs/inductor-cache.md). Missing, not off: with the caches
+#: off the key is never computed, and computing it initialises the NPU (torch_npu's get_system), which a test
+#: pins. The kernel caches are used: keyed by the generated source itself, a mutant that changes a kernel changes
+#: its key, and one that does not may reuse it.
+GRAPH_CACHES = "cold"
 
 
 @dataclass
@@ -69,7 +72,7 @@ def run_suite(config: Config, plan: Plan, tests: list[str], extra_args: list[str
                 json.dump(test_limits, handle)
         env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), *filter(None, [env.get("PYTHONPATH")])])
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-        env.update(GRAPH_CACHES_OFF)
+        env.update(inductor_cache.cold_key_tag(env, owner="mutant"))
         command = [python, "-m", "pytest", "-p", "pytest_npu_lazy.mutate.pytest_plugin", "-p", "no:cacheprovider",
                    "-p", "no:randomly", "-q", "--no-header", "-o", "console_output_style=classic",
                    f"--npu-lazy-timeout={config.test_timeout:g}", *config.pytest_args, *extra_args, *tests]

@@ -15,17 +15,18 @@ a deferred-loading guarantee (docs/inductor-cache.md):
 So isolated tests get one of three policies (``--npu-lazy-inductor-cache``,
 env, ini, or the marker's ``inductor_cache=``):
 
-``cold-graphs`` (default)
-    Graph caches off; generated kernels cached in a directory of this run
-    (shared by its xdist workers, removed at its end). Every first call
-    compiles its graph for real and loads exactly the modules it loads on a
-    cold cache (pinned by test/plugin/test_inductor_cache.py), while a kernel
-    is built once per run: its cache key is the kernel's own source, so
-    nothing stale is served.
-``cold``
-    An empty cache directory per test, graph caches as the environment has
-    them: everything compiled and built (on the CPU path a C++ build, several
-    seconds, per compiling test).
+``cold`` (default)
+    Every graph lookup of the test misses: a tag of its own joins the graph
+    caches' key (``torch.compiler.config.cache_key_tag``, which the FX graph,
+    AOTAutograd and profile-guided shape caches all hash). The first call
+    then does all a first call on a cold cache does: computes the key
+    (torch_npu's ``get_system``, which initialises an NPU, included),
+    lowers, generates, writes the entry. Kernels are cached in a directory
+    of this run (shared by its xdist workers, removed at its end) and built
+    once per run: their key is their own source, so nothing stale is served.
+``empty``
+    An empty cache directory per test: kernels built too (on the CPU path a
+    C++ build, several seconds, per compiling test).
 ``shared``
     Nothing changed: the caches a user's process would use.
 
@@ -44,20 +45,20 @@ import os
 import shutil
 import sys
 import tempfile
+import uuid
 
-POLICIES = ("cold-graphs", "cold", "shared")
-DEFAULT = "cold-graphs"
+POLICIES = ("cold", "empty", "shared")
+DEFAULT = "cold"
 
-#: the switches of Inductor's graph-level caches: environment variable -> (config module, attribute)
-GRAPH_CACHE_SWITCHES = {
-    "TORCHINDUCTOR_FX_GRAPH_CACHE": ("torch._inductor.config", "fx_graph_cache"),
-    "TORCHINDUCTOR_AUTOGRAD_CACHE": ("torch._functorch.config", "enable_autograd_cache"),
-}
 CACHE_DIR_ENV = "TORCHINDUCTOR_CACHE_DIR"
+#: a tag the graph caches put into every key; the config entry torch reads it into, once imported
+CACHE_KEY_TAG_ENV = "TORCH_COMPILE_CACHE_KEY_TAG"
+CACHE_KEY_TAG_CONFIG = ("torch.compiler.config", "cache_key_tag")
 
 DESCRIPTIONS = {
-    "cold-graphs": "graph caches off, kernels cached for this run only: every first call compiles its graph",
-    "cold": "an empty cache per test: every first call compiles its graph and builds its kernels",
+    "cold": "every graph lookup misses, kernels cached for this run only: each first call compiles as on a cold "
+            "cache",
+    "empty": "an empty cache per test: each first call compiles its graph and builds its kernels",
     "shared": "the environment's caches, as a user's process has them: a first call may be served a graph "
               "compiled earlier",
 }
@@ -100,27 +101,34 @@ def apply(policy: str, run_directory: str | None, environ=os.environ) -> dict[st
     """Give this (child) process the policy's caches before its test runs; returns the variables set.
 
     The variables reach what the test starts (compile workers, subprocesses); a config module the zygote
-    already imported reads its variables at import, so its switches are set too.
+    already imported read its variable at import, so its entry is set too.
     """
     if policy == "shared":
         return {}
     if not run_directory:
         raise ValueError(f"inductor cache policy {policy!r} needs the run's cache directory")
-    if policy == "cold":
-        os.makedirs(run_directory, exist_ok=True)
+    os.makedirs(run_directory, exist_ok=True)
+    if policy == "empty":
         changes = {CACHE_DIR_ENV: tempfile.mkdtemp(prefix="test-", dir=run_directory)}
-    elif policy == "cold-graphs":
-        changes = {CACHE_DIR_ENV: os.path.join(run_directory, "kernels")}
-        changes.update({name: "0" for name in GRAPH_CACHE_SWITCHES})
+    elif policy == "cold":
+        changes = {CACHE_DIR_ENV: os.path.join(run_directory, "run"), **cold_key_tag(environ)}
     else:
         raise ValueError(f"unknown inductor cache policy {policy!r}; choose one of {', '.join(POLICIES)}")
     environ.update(changes)
-    if policy == "cold-graphs":
-        for module_name, attribute in GRAPH_CACHE_SWITCHES.values():
-            module = sys.modules.get(module_name)
-            if module is not None:
-                setattr(module, attribute, False)
+    if CACHE_KEY_TAG_ENV in changes:
+        module_name, attribute = CACHE_KEY_TAG_CONFIG
+        module = sys.modules.get(module_name)
+        if module is not None:
+            setattr(module, attribute, changes[CACHE_KEY_TAG_ENV])
     return changes
+
+
+def cold_key_tag(environ=os.environ, owner: str = "cold") -> dict[str, str]:
+    """The variable that makes every graph-cache lookup of a process miss: a tag of its own in the key (after the
+    environment's own tag, if it has one)."""
+    own = f"npu-lazy-{owner}-{uuid.uuid4().hex}"
+    users = environ.get(CACHE_KEY_TAG_ENV)
+    return {CACHE_KEY_TAG_ENV: f"{users}|{own}" if users else own}
 
 
 # -- the state a test met ------------------------------------------------------
@@ -130,7 +138,7 @@ _COUNTERS = (("inductor", "fxgraph_cache_hit", "fxgraph_cache_miss"),
 #: (counter group, counter) of graphs AOTAutograd compiled, cache or not (Inductor compiles through it)
 _COMPILED = ("aot_autograd", "total")
 
-#: "uncached": graphs compiled with no cache lookup (the graph caches off, the isolated tests' default); it
+#: "uncached": graphs compiled with no cache lookup (the graph caches off, as the mutation runner has them); it
 #: loads what "cold" loads (test/plugin/test_inductor_cache.py), so the budget compares the two
 STATES = ("cold", "warm", "mixed", "uncached")
 #: states whose first calls load the same modules

@@ -56,7 +56,7 @@ class Summary:
     #: "cold", "warm", "mixed", "uncached" or None (nothing compiled): the state the test's compilations met,
     #: from torch's counters; the budget compares like with like
     inductor_cache: Optional[str] = None
-    #: the cache the plugin gave the test: "cold-graphs", "cold" or "shared" (probe/inductor_cache.py)
+    #: the cache the plugin gave the test: "cold", "empty" or "shared" (probe/inductor_cache.py)
     inductor_cache_policy: Optional[str] = None
     #: why no device call could be recorded (None: they were)
     device_calls_unavailable: Optional[str] = None

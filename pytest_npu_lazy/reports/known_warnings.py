@@ -131,14 +131,17 @@ def _ascend_home_path(cann: CannStatus) -> HiddenWarning | None:
 
 
 def _no_bisheng(cann: CannStatus) -> HiddenWarning | None:
-    """Under the emulated NPU, triton-ascend's driver asks its ``bisheng`` compiler for targets whenever Triton
-    looks for an active driver, finds no ``ccec`` and warns (in red); the emulated NPU's own driver answers
-    instead. True and harmless there: every first compiled call repeats it."""
+    """triton-ascend's driver asks its ``bisheng`` compiler for targets whenever Triton looks for an active
+    driver, finds no ``ccec`` and warns (in red). Under the emulated NPU its own driver answers instead; on the
+    CANN host stub there is no NPU to compile for, and nothing asks Triton to. True and harmless in both: every
+    test that makes Triton look repeats it."""
     version = distribution_version("triton-ascend")
-    if cann.active not in ("emulate", "compute") or version is None:
+    if cann.active not in ("stub", "emulate", "compute") or version is None:
         return None
+    answer = ("the emulated NPU's Triton driver answers in its place" if cann.active != "stub" else
+              "on the CANN host stub no kernel is compiled for an NPU, so none is needed")
     return HiddenWarning(
         "[Errno 2] No such file or directory: 'ccec'",
         f"triton-ascend {version}'s driver looks for its bisheng compiler (ccec) to decide whether it is active; "
-        "there is none on this host, and the emulated NPU's Triton driver answers in its place",
+        f"there is none on this host, and {answer}",
         pattern=r"(\x1b\[[0-9;]*m)?\[Errno 2\] No such file or directory. 'ccec'")

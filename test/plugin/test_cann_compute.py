@@ -267,9 +267,9 @@ def test_a_lowering_mutant_survives_a_warm_graph_cache_and_not_the_plugins_or_th
         run_pytest, pytester, monkeypatch, tmp_path):
     """Inductor's FX graph cache keys cover torch's sources, not torch_npu's: a changed NPU lowering is served the
     graph compiled before it, where tests share the environment's cache (--npu-lazy-inductor-cache=shared). The
-    plugin's default policy (cold-graphs) and the mutation runner (GRAPH_CACHES_OFF) compile it again, and catch
+    plugin's default policy (cold) and the mutation runner (a cache-key tag per run) compile it again, and catch
     it, with the same warm cache directory."""
-    from pytest_npu_lazy.mutate.runs import GRAPH_CACHES_OFF
+    from pytest_npu_lazy.probe.inductor_cache import cold_key_tag
 
     _write(pytester, "test_cached.py", MEAN_WITH_OUTSIDE_CACHE)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "shared-inductor-cache"))
@@ -286,8 +286,8 @@ def test_a_lowering_mutant_survives_a_warm_graph_cache_and_not_the_plugins_or_th
     assert plugin.outcomes == {"test_cached.py::test_mean": "failed"}, plugin.text()
     assert "differs from eager" in plugin.report("test_mean", "call")["longrepr"]
     test = _json(pytester, plugin, "plugin.json")["tests"][0]
-    assert (test["inductor_cache_policy"], test["inductor_cache"]) == ("cold-graphs", "uncached")
-    for name, value in GRAPH_CACHES_OFF.items():
+    assert (test["inductor_cache_policy"], test["inductor_cache"]) == ("cold", "cold")
+    for name, value in cold_key_tag(owner="mutant").items():
         monkeypatch.setenv(name, value)
     runner = run_pytest(*COMPUTE, shared)  # as the mutation runner runs each mutant
     assert runner.outcomes == {"test_cached.py::test_mean": "failed"}, runner.text()

@@ -1,8 +1,9 @@
 """The Inductor cache each isolated test starts with (--npu-lazy-inductor-cache), and what a first call does on it.
 
 What is pinned, on the CPU path (the host stub) and on the NPU path (the emulated NPU that computes): a first
-compiled call loads the same modules on a cold cache and with the graph caches off (the default policy, at a
-fraction of the cost), and fewer on a warm graph cache, which skips Inductor's lowering passes. A guarantee
+compiled call loads the same modules on an empty cache, on the default policy's (every graph lookup misses, the
+run's kernels reused: a fraction of the cost) and with the graph caches off (the mutation runner's), and fewer
+on a warm graph cache, which skips Inductor's lowering passes. A guarantee
 about a first call can therefore pass or fail by what an earlier test or run left on disk, unless the plugin
 gives each test a defined cache; the report says which each test got.
 """
@@ -36,13 +37,26 @@ def _first_call(npu_lazy, tmp_path_factory, label):
     where.write_text(os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""))
 
 
-@pytest.mark.npu_lazy(inductor_cache="cold")
-def test_cold(npu_lazy, tmp_path_factory):
-    _first_call(npu_lazy, tmp_path_factory, "cold")
+@pytest.mark.npu_lazy(inductor_cache="empty")
+def test_empty(npu_lazy, tmp_path_factory):
+    _first_call(npu_lazy, tmp_path_factory, "empty")
 
 
 def test_default(npu_lazy, tmp_path_factory):
     _first_call(npu_lazy, tmp_path_factory, "default")
+
+
+def test_default_again(npu_lazy, tmp_path_factory):
+    _first_call(npu_lazy, tmp_path_factory, "default-again")
+
+
+def test_graph_caches_off(npu_lazy, tmp_path_factory, monkeypatch):
+    import torch._inductor.config
+    import torch._functorch.config
+
+    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)
+    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
+    _first_call(npu_lazy, tmp_path_factory, "graph-caches-off")
 
 
 @pytest.mark.npu_lazy(inductor_cache="shared")
@@ -67,7 +81,7 @@ def _first_call_modules(test: dict) -> set[str]:
 
 @pytest.mark.needs("torch", "torch_npu")
 @pytest.mark.parametrize("mode", ["stub", "compute"], ids=["cpu-path", "npu-path"])
-def test_a_first_call_loads_the_same_with_graph_caches_off_as_cold_and_less_when_warm(
+def test_a_first_call_loads_the_same_on_every_cold_cache_and_less_when_warm(
         run_pytest, pytester, monkeypatch, tmp_path, mode):
     pytester.path.joinpath("test_first_calls.py").write_text(FIRST_CALLS)
     user_cache = tmp_path / "users-own-cache"
@@ -76,18 +90,20 @@ def test_a_first_call_loads_the_same_with_graph_caches_off_as_cold_and_less_when
     run = run_pytest("-p", "npu_lazy", f"--npu-lazy-cann={mode}", "--npu-lazy-json=r.json",
                      "--npu-lazy-json-modules")
     assert set(run.outcomes.values()) == {"passed"}, run.text()
-    assert "npu_lazy: Inductor cache of isolated tests: cold-graphs (graph caches off" in run.text()
+    assert "npu_lazy: Inductor cache of isolated tests: cold (every graph lookup misses" in run.text()
     report = json.loads((pytester.path / "r.json").read_text())
-    assert report["run"]["inductor_cache_policy"] == "cold-graphs"
+    assert report["run"]["inductor_cache_policy"] == "cold"
     tests = {t["nodeid"].rpartition("::")[2]: t for t in report["tests"]}
     got = {name: (t["inductor_cache_policy"], t["inductor_cache"]) for name, t in tests.items()}
-    assert got == {"test_cold": ("cold", "cold"), "test_default": ("cold-graphs", "uncached"),
+    assert got == {"test_empty": ("empty", "cold"), "test_default": ("cold", "cold"),
+                   "test_default_again": ("cold", "cold"), "test_graph_caches_off": ("cold", "uncached"),
                    "test_shared_first": ("shared", "cold"), "test_shared_again": ("shared", "warm")}
 
-    cold, default = _first_call_modules(tests["test_cold"]), _first_call_modules(tests["test_default"])
-    assert cold == default, ("a first call with the graph caches off no longer loads what a cold one does: "
-                             f"only cold {sorted(cold - default)}, only graph caches off {sorted(default - cold)}")
-    assert _first_call_modules(tests["test_shared_first"]) == cold
+    cold = _first_call_modules(tests["test_empty"])
+    for name in ("test_default", "test_default_again", "test_graph_caches_off", "test_shared_first"):
+        other = _first_call_modules(tests[name])
+        assert other == cold, (f"{name}'s first call no longer loads what one on an empty cache does: only "
+                               f"empty {sorted(cold - other)}, only {name} {sorted(other - cold)}")
     warm = _first_call_modules(tests["test_shared_again"])
     assert warm < cold, sorted(warm - cold)
     assert any(name.startswith("torch._inductor.fx_passes.") for name in cold - warm), sorted(cold - warm)
@@ -95,10 +111,11 @@ def test_a_first_call_loads_the_same_with_graph_caches_off_as_cold_and_less_when
         assert {"torch_npu._inductor", "torch_npu._inductor.lowering"} <= warm
 
     seen = {label: (pytester.path / f"cache-dir-{label}").read_text()
-            for label in ("cold", "default", "shared", "shared-again")}
+            for label in ("empty", "default", "default-again", "shared", "shared-again")}
     assert seen["shared"] == seen["shared-again"] == str(user_cache)
-    assert seen["cold"] != seen["default"] and str(user_cache) not in (seen["cold"], seen["default"])
-    for label in ("cold", "default"):
+    assert seen["default"] == seen["default-again"] != seen["empty"]  # the run's kernels, shared
+    assert str(user_cache) not in (seen["empty"], seen["default"])
+    for label in ("empty", "default"):
         assert not os.path.exists(seen[label]), f"the run left {label}'s cache behind"
 
 
@@ -106,37 +123,39 @@ def test_a_bad_policy_is_refused_where_it_is_given(pytester, run_pytest, monkeyp
     pytester.path.joinpath("test_bad.py").write_text(textwrap.dedent('''
         import pytest
 
-        @pytest.mark.npu_lazy(preload=[], inductor_cache="cold-graph")
+        @pytest.mark.npu_lazy(preload=[], inductor_cache="colt")
         def test_typo():
             pass
     '''))
     run = run_pytest("-p", "npu_lazy")
     assert run.outcomes == {"test_bad.py::test_typo": "error"}, run.text()
-    assert "inductor_cache='cold-graph' is not a policy. Did you mean 'cold-graphs'?" in run.text()
+    assert "inductor_cache='colt' is not a policy. Did you mean 'cold'?" in run.text()
     monkeypatch.setenv("PYTEST_NPU_LAZY_INDUCTOR_CACHE", "warm")
     refused = run_pytest("-p", "npu_lazy")
     assert refused.result.ret == pytest.ExitCode.USAGE_ERROR
-    assert "PYTEST_NPU_LAZY_INDUCTOR_CACHE = 'warm' is not valid; choose one of cold-graphs, cold, shared" in (
+    assert "PYTEST_NPU_LAZY_INDUCTOR_CACHE = 'warm' is not valid; choose one of cold, empty, shared" in (
         refused.text())
 
 
-def test_apply_sets_the_cache_of_a_child_and_the_switches_of_a_loaded_config(monkeypatch, tmp_path):
-    config = types.ModuleType("torch._inductor.config")
-    config.fx_graph_cache = True
-    monkeypatch.setitem(sys.modules, "torch._inductor.config", config)
-    environ: dict[str, str] = {}
-    changes = policy.apply("cold-graphs", str(tmp_path), environ)
-    assert environ == changes == {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "kernels"),
-                                  "TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "TORCHINDUCTOR_AUTOGRAD_CACHE": "0"}
-    assert config.fx_graph_cache is False
-    cold: dict[str, str] = {}
-    policy.apply("cold", str(tmp_path), cold)
+def test_apply_sets_the_cache_of_a_child_and_the_tag_of_a_loaded_config(monkeypatch, tmp_path):
+    config = types.ModuleType("torch.compiler.config")
+    config.cache_key_tag = ""
+    monkeypatch.setitem(sys.modules, "torch.compiler.config", config)
+    environ: dict[str, str] = {"TORCH_COMPILE_CACHE_KEY_TAG": "users-own"}
+    changes = policy.apply("cold", str(tmp_path), environ)
+    assert environ == changes and changes["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "run")
+    assert changes["TORCH_COMPILE_CACHE_KEY_TAG"].startswith("users-own|npu-lazy-cold-")
+    assert config.cache_key_tag == changes["TORCH_COMPILE_CACHE_KEY_TAG"]
+    again = policy.apply("cold", str(tmp_path), {})
+    assert again["TORCH_COMPILE_CACHE_KEY_TAG"] not in changes["TORCH_COMPILE_CACHE_KEY_TAG"]  # a tag per test
+    empty: dict[str, str] = {}
+    policy.apply("empty", str(tmp_path), empty)
     other: dict[str, str] = {}
-    policy.apply("cold", str(tmp_path), other)
-    assert set(cold) == {"TORCHINDUCTOR_CACHE_DIR"} and cold != other  # a fresh directory per test
+    policy.apply("empty", str(tmp_path), other)
+    assert set(empty) == {"TORCHINDUCTOR_CACHE_DIR"} and empty != other  # a fresh directory per test
     assert policy.apply("shared", None, environ) == {}
     with pytest.raises(ValueError, match="needs the run's cache directory"):
-        policy.apply("cold", None, {})
+        policy.apply("empty", None, {})
 
 
 def test_the_run_directory_belongs_to_the_process_that_made_it(tmp_path):

@@ -18,7 +18,7 @@ import pytest
 
 @pytest.mark.npu_lazy(preload=[])
 def test_like_triton_ascends_driver_check():
-    warnings.warn("\\x1b[31;20m[Errno 2] No such file or directory: 'ccec'\\x1b[0m")
+    warnings.warn("\\x1b[31;20m[Errno 2] No such file or directory: 'bishengir'\\x1b[0m")
 """
 
 
@@ -27,7 +27,7 @@ def test_colour_codes_are_stripped_from_captured_warnings(run_pytest, pytester):
     run = run_pytest()
     assert run.outcomes == {"test_coloured.py::test_like_triton_ascends_driver_check": "passed"}, run.text()
     summary = run.result.stdout.str().split("warnings summary", 1)[1]
-    assert "UserWarning: [Errno 2] No such file or directory: 'ccec'\n" in summary, summary
+    assert "UserWarning: [Errno 2] No such file or directory: 'bishengir'\n" in summary, summary
     assert ESC not in run.text()
 
 

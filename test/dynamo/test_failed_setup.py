@@ -1,0 +1,215 @@
+"""Guarantee 13: a lazy set-up whose work fails leaves nothing marked done.
+
+Every deferred set-up of torch_npu records, somewhere, that it ran: the NPU
+Inductor registry the backend it loaded (``_InductorNpuRegistry._loaded_backend``,
+which ``is_inductor_npu_initialized()`` reads), the run-once set-ups their
+``has_run``, the Dynamo set-up each step it completed
+(``_COMPLETED_DYNAMO_SETUP_STEPS``), the post-import trigger its own removal from
+``sys.meta_path``. If the record is written before the work succeeds (an
+ordinary refactor: set the state, then do the work), the next call skips the
+work and goes on with a half set-up, while every query says it is done.
+
+So for each place: after the work fails, every "initialised / loaded" query
+says no, the next call tries again and fails the same way, and once the
+cause is gone the call succeeds and the queries say yes. The failures are
+real where this machine has them (no ``torch_mlir``: the mlir backend; no NPU
+under the CANN host stub: dvm and ascendc initialise the device) and
+injected where it has none. The mutation operator ``record-before-work``
+(docs/mutation.md) makes exactly the refactor above, and these tests catch it.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+
+import pytest
+from facts import needs_deferred_setup
+
+pytestmark = [needs_deferred_setup, pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]
+
+VAR = "TORCHINDUCTOR_NPU_BACKEND"
+
+
+def _registry_state() -> dict:
+    """Every answer torch_npu gives to "is NPU Inductor set up?"."""
+    from torch_npu.utils import _dynamo
+
+    return {"is_inductor_npu_initialized()": _dynamo.is_inductor_npu_initialized(),
+            "_InductorNpuRegistry._loaded_backend": _dynamo._InductorNpuRegistry._loaded_backend,
+            "_lazy_inductor_setup.has_run": _dynamo._lazy_inductor_setup.has_run}
+
+
+NOTHING_SET_UP = {"is_inductor_npu_initialized()": False, "_InductorNpuRegistry._loaded_backend": None,
+                  "_lazy_inductor_setup.has_run": False}
+
+
+def _set_up(backend: str) -> dict:
+    return {"is_inductor_npu_initialized()": True, "_InductorNpuRegistry._loaded_backend": backend,
+            "_lazy_inductor_setup.has_run": True}
+
+
+def _compile_and_call():
+    """What a user does: a compiled function, called once. Returns how it ended, in words."""
+    import torch
+
+    try:
+        compiled = torch.compile(lambda x: torch.sin(x) + 1)
+        torch.testing.assert_close(compiled(torch.ones(4)), torch.sin(torch.ones(4)) + 1)
+    except Exception as exc:  # noqa: BLE001 - the failure is what is compared
+        root = exc
+        while getattr(root, "inner_exception", None) or root.__cause__:  # Dynamo wraps a backend's error
+            root = getattr(root, "inner_exception", None) or root.__cause__
+        lines = str(root).strip().splitlines()
+        return f"{type(root).__name__}: {lines[0] if lines else ''}"
+    return "ok"
+
+
+def _device_initialises() -> bool:
+    """Whether the NPU initialises here (a real NPU, or the emulated one): dvm and ascendc then get further."""
+    import torch
+
+    try:
+        return bool(torch.npu.is_available()) and torch.npu.device_count() > 0
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _why_it_fails(backend: str) -> str | None:
+    """Why the backend's set-up cannot succeed on this machine, or None where it may."""
+    if backend == "mlir":
+        return None if importlib.util.find_spec("torch_mlir") else "torch_mlir is not installed"
+    return None if _device_initialises() else "no NPU initialises (the CANN host stub)"
+
+
+# torch_npu says so each time the mlir backend is chosen; choosing it is the point here
+@pytest.mark.filterwarnings("ignore:npu_backend='mlir' is deprecated:FutureWarning")
+@pytest.mark.parametrize("backend", ["mlir", "dvm", "ascendc"])
+def test_a_backend_that_fails_to_load_is_not_recorded_and_is_tried_again(npu_lazy, monkeypatch, backend):
+    cause = _why_it_fails(backend)
+    if cause is None:
+        pytest.skip(f"the {backend} backend can load here: its failure cannot be made real")
+    monkeypatch.setenv(VAR, backend)
+    first = _compile_and_call()
+    assert first != "ok", f"TORCHINDUCTOR_NPU_BACKEND={backend} compiled although {cause}"
+    assert _registry_state() == NOTHING_SET_UP, (
+        f"the {backend} backend failed to load ({first}), and torch_npu records it as set up")
+    again = _compile_and_call()
+    assert again == first, (f"the second call with the {backend} backend did not try the load again: it ended "
+                            f"with {again!r}, the first with {first!r}")
+    assert _registry_state() == NOTHING_SET_UP
+    monkeypatch.setenv(VAR, "default")  # the cause gone: the backend this machine can load
+    assert _compile_and_call() == "ok"
+    assert _registry_state() == _set_up("default")
+
+
+def test_an_unknown_backend_name_loads_the_default_backend_under_its_own_name(npu_lazy, monkeypatch):
+    """Not a failure: ``_load_backend`` falls back to the Triton loader for a name it does not know and records the
+    name asked for. Pinned so that a change to this (a refusal, or a record of "default") is a decision."""
+    monkeypatch.setenv(VAR, "no_such_backend")
+    assert _compile_and_call() == "ok"
+    assert _registry_state() == _set_up("no_such_backend")
+
+
+class _RefusedImport(importlib.abc.MetaPathFinder):
+    """Makes one module fail to import, as a missing or broken dependency does, until taken off sys.meta_path."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.refused = 0
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == self.name:
+            self.refused += 1
+            raise ImportError(f"injected: {fullname} cannot be imported")
+        return None
+
+    def __enter__(self):
+        sys.meta_path.insert(0, self)
+        return self
+
+    def __exit__(self, *exc):
+        sys.meta_path.remove(self)
+
+
+@pytest.mark.parametrize("module", [
+    "torch_npu._inductor.lowering_patch",  # what _load_backend imports first, before any loader
+    "torch_npu._inductor.fx_passes.overlap_scheduling",  # what _load_backend imports after the loader ran
+])
+def test_a_default_backend_load_that_fails_is_not_recorded_and_succeeds_once_the_cause_is_gone(
+        npu_lazy, monkeypatch, module):
+    monkeypatch.delenv(VAR, raising=False)
+    with _RefusedImport(module) as refusal:
+        first = _compile_and_call()
+        assert first != "ok" and "injected" in first, first
+        assert _registry_state() == NOTHING_SET_UP, f"the default backend failed to load ({first}) and is recorded"
+        again = _compile_and_call()
+        assert again == first, f"the second call did not try the load again: {again!r}, first {first!r}"
+        assert refusal.refused >= 2
+    assert _compile_and_call() == "ok"
+    assert _registry_state() == _set_up("default")
+    npu_lazy.assert_loaded("torch_npu._inductor")
+
+
+def test_an_inductor_setup_that_fails_after_registering_the_backend_is_not_recorded(npu_lazy, monkeypatch):
+    """The backend loaded (the registry says so, rightly), the next set-up step failed: the Inductor set-up as a
+    whole is not done, and the retry does what is left without loading the backend again."""
+    import torch_npu.utils._graph_tree as graph_tree
+    from torch_npu.utils import _dynamo
+
+    monkeypatch.delenv(VAR, raising=False)
+    original, calls = graph_tree._apply_npugraph_tree_methods, []
+
+    def fails_once():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("injected: the npugraph tree methods could not be applied")
+        return original()
+
+    monkeypatch.setattr(graph_tree, "_apply_npugraph_tree_methods", fails_once)
+    assert "injected" in _compile_and_call()
+    assert _registry_state() == {**_set_up("default"), "_lazy_inductor_setup.has_run": False}
+    loads = []
+    monkeypatch.setattr(sys.modules["torch_npu._inductor"], "_load_backend", lambda: loads.append(1))
+    assert _compile_and_call() == "ok"
+    assert _registry_state() == _set_up("default") and calls == [1, 1] and loads == []
+    assert _dynamo._inject_inductor_npu_backend_config.has_run
+
+
+DYNAMO_STEPS = {
+    # step name: (module, attribute) the step's function is looked up from when the set-up runs
+    "device_interface": ("torch_npu.utils._dynamo", "_dynamo_register_interface_for_device"),
+    "user_defined_class_variable": ("torch_npu.utils._dynamo", "patch_user_defined_class_variable"),
+    "stream_event_variable": ("torch_npu.utils._dynamo", "patch_stream_event_variable_python_type"),
+    "npu_stream_context": ("torch_npu.utils._dynamo", "patch_npu_stream_context"),
+    "builtin_variable": ("torch_npu.utils._dynamo", "patch_builtin_variable"),
+    "backends": ("torch_npu.dynamo", "_register_backends"),
+    "graphsafe_rng": ("torch_npu.utils._dynamo", "register_npu_graphsafe_rng"),
+}
+
+
+@pytest.mark.parametrize("step", list(DYNAMO_STEPS))
+def test_a_dynamo_setup_step_that_fails_is_not_recorded_and_is_run_again(npu_lazy, monkeypatch, step):
+    import importlib
+
+    from torch_npu.utils import _dynamo
+
+    module_name, attribute = DYNAMO_STEPS[step]
+    module = importlib.import_module(module_name)
+    original, calls = getattr(module, attribute), []
+
+    def fails_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError(f"injected: the {step} step failed")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, attribute, fails_once)
+    with pytest.raises(RuntimeError, match=f"injected: the {step} step failed"):
+        _dynamo._lazy_dynamo_setup()
+    assert step not in _dynamo._COMPLETED_DYNAMO_SETUP_STEPS, f"the {step} step failed and is recorded as done"
+    assert not _dynamo._lazy_dynamo_setup.has_run
+    _dynamo._lazy_dynamo_setup()
+    assert calls == [1, 1], f"the retry ran the failed {step} step {len(calls) - 1} times, not once"
+    assert step in _dynamo._COMPLETED_DYNAMO_SETUP_STEPS and _dynamo._lazy_dynamo_setup.has_run
