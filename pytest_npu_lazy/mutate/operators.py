@@ -40,6 +40,23 @@ from typing import Callable, Iterator
 #: the pseudo-function naming a module's top-level statements (what runs at import)
 MODULE_LEVEL = "<module>"
 
+#: every operator, as the record's table of operators says it (the module docstring says more)
+OPERATORS = {
+    "delete-statement": "a statement becomes `pass`",
+    "negate-condition": "the test of an `if`/`while`/ternary becomes `not (...)`",
+    "drop-condition": "an `if` loses its guard (`if True:`), or one operand of its `and`/`or`",
+    "negate-comparison": "`==`/`!=`, `is`/`is not`, `in`/`not in` swap",
+    "call-to-noop": "a call whose value is kept becomes `None`",
+    "remove-return": "`return X` becomes `return None`; an early bare `return` goes",
+    "change-constant": "`True`/`False` swap, a number moves by one, a string changes",
+    "drop-decorator": "a decorator (`@run_once`, `@lru_cache`...) goes",
+    "swap-statements": "two neighbouring statements of a set-up sequence change places",
+    "swap-steps": "two neighbouring entries of a literal table of steps change places",
+    "record-before-work": "a statement recording state (attribute, item, global; a container's add or remove) "
+                          "moves ahead of earlier work of its block (`up-N`), or that work moves after it "
+                          "(`down-N`): the state says done before the work succeeded",
+}
+
 #: calls whose arguments are text for people, never behaviour
 _TEXT_CALLS = {"warn", "info", "debug", "warning", "warnings", "error", "exception", "critical", "log", "format"}
 

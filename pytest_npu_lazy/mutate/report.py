@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .session import MutantResult
+from .operators import OPERATORS
 from .runs import GRAPH_CACHES
 from .selection import CoverageMap
 
@@ -159,6 +160,9 @@ def markdown(results: list[MutantResult], prov: dict, not_run: list | None = Non
         new = [c for c in commands if c != prov.get("command") and c not in prov.get("then", [])]
         out.append(f"| merged from a record of | {'; '.join(f'`{c}`' for c in new) or '(the same commands)'} "
                    f"({other.get('wall_seconds', 'not recorded')} s of wall time in all) |")
+    made = Counter(r.mutant.operator for r in results)
+    out += ["", "## Operators\n", "| operator | the edit | mutants |", "| --- | --- | --- |"]
+    out += [f"| {name} | {_cell(edit)} | {made.get(name, 0)} |" for name, edit in OPERATORS.items()]
     for title, statuses in (("Not caught, and why", ("survived", "not-run", "timeout", "error")),
                             ("Equivalent and device-only", EXCUSED)):
         rows = [r for r in results if r.status in statuses]

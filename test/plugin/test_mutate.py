@@ -129,6 +129,7 @@ def test_every_operator_produces_its_edit():
     assert any("wrapper.has_run = True <-> return result" in d or "result = f() <-> wrapper.has_run = True" in d
                for d in by_operator["swap-statements"]), by_operator["swap-statements"]
     assert len({m.id for m in mutants}) == len(mutants)  # ids name one mutant each
+    assert set(by_operator) <= set(operators.OPERATORS), "an operator the record's table does not list"
     nested = {m.function for m in mutants}
     assert "run_once.<locals>.wrapper" in nested and "<module>" not in nested
 
@@ -144,6 +145,78 @@ def test_a_mutant_changes_exactly_its_own_place():
         assert changed.split("def load_heavy")[0] == ast.unparse(ast.parse(LIBRARY)).split("def load_heavy")[0]
     with pytest.raises(KeyError):
         operators.mutate(LIBRARY, "lazylib", targets, "lazylib:1:0:no-such-operator")
+
+
+REGISTRY = '''
+import importlib
+import os
+import sys
+
+_STEPS = set()
+
+
+class Registry:
+    loaded = None
+
+    @classmethod
+    def register(cls):
+        current = os.getenv("BACKEND", "default")
+        if cls.loaded != current:
+            if "heavy" not in sys.modules:
+                importlib.import_module("heavy")
+            else:
+                sys.modules["heavy"].reload()
+            cls.loaded = current
+
+
+def load():
+    backend = os.getenv("BACKEND")
+    loader = LOADERS[backend]
+    loader()
+    Registry.loaded = backend
+
+
+def step(name, work):
+    if name in _STEPS:
+        return
+    work()
+    _STEPS.add(name)
+
+
+def trigger(finder):
+    run_setup()
+    if finder in sys.meta_path:
+        sys.meta_path.remove(finder)
+'''
+
+
+def _moved(source, targets, mutant_id):
+    return ast.unparse(operators.mutate(source, "registry", targets, mutant_id))
+
+
+def test_record_before_work_moves_a_record_of_success_ahead_of_the_work_it_records():
+    """The refactor "set the state, then do the work" (issue: after a failed load the next call skipped it): a
+    recording statement moved ahead of the work before it in its block, or the work moved after the record;
+    never where a name would be read before it is bound, and never as a second name for a neighbour swap."""
+    targets = {"Registry", "load", "step", "trigger"}
+    mutants = [m for m in operators.generate(REGISTRY, "registry", targets) if m.operator == "record-before-work"]
+    by_description = {m.description: m for m in mutants}
+    register = by_description["`cls.loaded = current` moved ahead of `if 'heavy' not in sys.modules:`"]
+    assert register.function == "Registry.register"
+    assert "cls.loaded = current\n            if 'heavy' not in sys.modules:" in _moved(REGISTRY, targets, register.id)
+    # load(): the record reads `backend`, bound two lines up, so it moves no higher; the work moves down instead
+    assert "`loader()` moved after `Registry.loaded = backend`" not in by_description  # a neighbour: swap-statements'
+    assert "`loader = LOADERS[backend]` moved after `Registry.loaded = backend`" not in by_description, (
+        "a move that reads `loader` before it is bound")
+    assert not any(d.startswith("`Registry.loaded = backend` moved ahead") for d in by_description)
+    swaps = [m.description for m in operators.generate(REGISTRY, "registry", targets)
+             if m.operator == "swap-statements"]
+    assert "loader() <-> Registry.loaded = backend" in swaps and "work() <-> _STEPS.add(name)" in swaps
+    # a container's remove, under an `if` that does only that, is a record too: the trigger marked as fired
+    trigger = by_description["`if finder in sys.meta_path:` moved ahead of `run_setup()`"]
+    assert "def trigger(finder):\n    if finder in sys.meta_path:\n        sys.meta_path.remove(finder)\n    run_setup()" \
+        in _moved(REGISTRY, targets, trigger.id)
+    assert len({m.id for m in mutants}) == len(mutants)
 
 
 def test_mutants_python_rejects_are_left_out():
