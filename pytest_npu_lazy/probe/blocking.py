@@ -20,6 +20,11 @@ from typing import Callable
 from ..errors import BlockError
 from .recorder import matches
 
+#: pytest leaves this module's frames out of a failing test's traceback: a misused probe, a broken guard
+#: or a blocked import is reported at the test's own line (--fulltrace shows them)
+__tracebackhide__ = True
+
+
 
 class ModuleBlocker:
     """Blocks modules for one test and restores ``sys.modules`` afterwards."""

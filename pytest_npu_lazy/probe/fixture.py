@@ -22,7 +22,12 @@ from .modules import unknown_name_problem
 from .recorder import ImportRecord
 from .reference import EagerReference
 from .state import (RESERVED_PHASES, PhaseSpan, ProbeState, _explaining_record, active_state,
+
                     format_chain, set_active_state)
+
+#: pytest leaves this module's frames out of a failing test's traceback: a misused probe, a broken guard
+#: or a blocked import is reported at the test's own line (--fulltrace shows them)
+__tracebackhide__ = True
 
 #: the attribute of a broken guarantee's AssertionError, and of the test report it fails, that holds it as data
 VIOLATION_ATTRIBUTE = "npu_lazy_violation"
@@ -96,6 +101,7 @@ class NpuLazy:
         if name in RESERVED_PHASES:
             raise ProbeUsageError(f"phase name {name!r} is reserved by the runner "
                                   f"({', '.join(RESERVED_PHASES)}); choose another name.")
+        self._state.check_new_phase(name)
         return self._state.enter(name)
 
     @property
@@ -368,6 +374,7 @@ def probe_for(node, settings, isolate: str = "marked") -> Iterator[NpuLazy]:
     state = active_state()
     if state is not None and state.nodeid == node.nodeid:
         yield NpuLazy(state)
+        _report_unasked_tracking(state)
         return
     config = node.config
     forked = bool(getattr(config.option, "forked", False)) or node.get_closest_marker("forked")
@@ -382,9 +389,18 @@ def probe_for(node, settings, isolate: str = "marked") -> Iterator[NpuLazy]:
         for target in options.track:
             state.tracker.track(target)
         yield NpuLazy(state)
+        _report_unasked_tracking(state)
     finally:
         state.finish()
         set_active_state(None)
         state.recorder.set_phase("pytest")
 
 
+def _report_unasked_tracking(state: ProbeState) -> None:
+    """At the end of a test: a tracked function that cannot be tracked (a typo in ``track=[...]``), which the
+    test never asked about, is an error of the test, not a silent pass."""
+    problems = state.tracker.unasked_problems()
+    if problems:
+        __tracebackhide__ = True
+        raise ProbeUsageError("npu_lazy marker: " + "; ".join(problems) + " Fix the name in track=[...], or "
+                              "remove it.")

@@ -26,6 +26,11 @@ from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder, m
 from .summary import DEFAULT_WATCH, Summary
 from .tracking import CallTracker
 
+#: pytest leaves this module's frames out of a failing test's traceback: a misused probe, a broken guard
+#: or a blocked import is reported at the test's own line (--fulltrace shows them)
+__tracebackhide__ = True
+
+
 #: what an in-process test started from, by why it is not isolated (ProbeState.in_process_reason)
 IN_PROCESS_LABELS = {
     "pytest-forked": "a fork of the pytest process (pytest-forked)",
@@ -126,14 +131,20 @@ class ProbeState:
         self.blocker._describe_origin = lambda name: self.origin_of(name, short=True)
 
     # -- phases -----------------------------------------------------------
-    @contextlib.contextmanager
-    def enter(self, name: str, repeatable: bool = False) -> Iterator[PhaseSpan]:
-        span = next((p for p in self.phases if p.name == name), None)
-        if span is not None and not repeatable:
+    def check_new_phase(self, name: str) -> None:
+        """Refuse a phase name this test already used (raised before the ``with`` block's machinery, so the
+        error's traceback ends in the test's line)."""
+        if any(p.name == name for p in self.phases):
             raise ProbeUsageError(
                 f"phase {name!r} was already used in this test; phase names identify what loaded "
                 "a module, so each one may be entered once. Give the second one its own name, "
                 f"e.g. {name + '_2'!r}.")
+
+    @contextlib.contextmanager
+    def enter(self, name: str, repeatable: bool = False) -> Iterator[PhaseSpan]:
+        span = next((p for p in self.phases if p.name == name), None)
+        if span is not None and not repeatable:
+            self.check_new_phase(name)
         previous = self._switch_phase(name)
         now = self.recorder._now()
         if span is None:

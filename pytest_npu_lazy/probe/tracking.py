@@ -16,6 +16,11 @@ from dataclasses import dataclass
 from ..errors import ProbeUsageError
 from .recorder import ImportRecorder, without_frames_of
 
+#: pytest leaves this module's frames out of a failing test's traceback: a misused probe, a broken guard
+#: or a blocked import is reported at the test's own line (--fulltrace shows them)
+__tracebackhide__ = True
+
+
 
 @dataclass
 class CallState:
@@ -24,6 +29,8 @@ class CallState:
     first_phase: str | None = None
     instrumented: bool = False
     problem: str | None = None
+    #: whether the test asked (ran(), calls()): a problem nobody asked about is reported when the test ends
+    asked: bool = False
 
 
 def parse_target(target: str) -> tuple[str, str]:
@@ -68,6 +75,7 @@ class CallTracker:
     def ran(self, target: str) -> bool:
         module, qualname = parse_target(target)
         state = self.track(target)
+        state.asked = True
         if state.problem:
             raise ProbeUsageError(state.problem)
         if sys.modules.get(module) is None:
@@ -87,6 +95,7 @@ class CallTracker:
     def calls(self, target: str) -> int:
         module, _ = parse_target(target)
         state = self.track(target)
+        state.asked = True
         if state.problem:
             raise ProbeUsageError(state.problem)
         if state.instrumented or sys.modules.get(module) is None:
@@ -95,6 +104,11 @@ class CallTracker:
             f"cannot count calls of {target}: it was not instrumented (its module was already loaded "
             "when tracking began, or the function reports only a has_run flag). Track it before its "
             f"module loads: @pytest.mark.npu_lazy(track=[{target!r}]).")
+
+    def unasked_problems(self) -> list[str]:
+        """What is wrong with targets the test tracked and never asked about (a typo in ``track=[...]`` would
+        otherwise pass unnoticed): checked when the test ends."""
+        return [s.problem for s in self.states.values() if s.problem and not s.asked]
 
     def _has_run_flag(self, module: str, qualname: str) -> bool | None:
         try:
@@ -111,8 +125,11 @@ class CallTracker:
             names = [n for n in dir(sys.modules[module]) if not n.startswith("__")]
             close = difflib.get_close_matches(qualname, names, n=3, cutoff=0.7)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
-            state.problem = (f"cannot track {state.target}: module {module!r} has no {qualname!r} "
-                             f"(checked when it loaded, phase {self.recorder.phase!r}).{hint}")
+            record = self.recorder.record_of(module)
+            when = (f"checked when it loaded, phase {record.phase!r}" if record is not None and not late else
+                    f"checked in phase {self.recorder.phase!r}; it loaded "
+                    + (f"in phase {record.phase!r}" if record is not None else "before the test"))
+            state.problem = f"cannot track {state.target}: module {module!r} has no {qualname!r} ({when}).{hint}"
             return
         if isinstance(getattr(raw, "has_run", None), bool):
             return  # it reports on itself; a wrapper would hide later changes of the flag from its callers

@@ -128,6 +128,17 @@ def test_ran(run_pytest, pytester):
             npu_lazy.track("heavy.lazy:setpu")
             import heavy.lazy
             npu_lazy.ran("heavy.lazy:setpu")
+
+        @pytest.mark.npu_lazy(preload=[], track=["heavy.lazy:setpu"])
+        def test_a_typo_never_asked_about_is_an_error_when_the_test_ends(npu_lazy):
+            import heavy.lazy
+            heavy.lazy.setup()
+
+        @pytest.mark.npu_lazy(preload=[])
+        def test_a_late_typo_names_the_phase_its_module_loaded_in(npu_lazy):
+            with npu_lazy.phase("import"):
+                import heavy.lazy
+            npu_lazy.ran("heavy.lazy:setpu")
     """)
     run = run_pytest()
     assert run.outcomes == {
@@ -136,12 +147,20 @@ def test_ran(run_pytest, pytester):
         "test_ran.py::test_has_run_flag_is_trusted": "passed",
         "test_ran.py::test_untracked_loaded_module_is_an_error": "error",
         "test_ran.py::test_missing_function_is_an_error": "error",
+        "test_ran.py::test_a_typo_never_asked_about_is_an_error_when_the_test_ends": "error",
+        "test_ran.py::test_a_late_typo_names_the_phase_its_module_loaded_in": "error",
     }, run.text()
     untracked = run.report("test_untracked_loaded_module_is_an_error", "call")["longrepr"]
     assert "cannot tell whether heavy.lazy:setup ran: 'heavy.lazy' was already loaded" in untracked
     assert "track=['heavy.lazy:setup']" in untracked
     missing = run.report("test_missing_function_is_an_error", "call")["longrepr"]
     assert "module 'heavy.lazy' has no 'setpu'" in missing and "Did you mean setup?" in missing
+    assert "(checked when it loaded, phase 'test')" in missing
+    unasked = run.report("test_a_typo_never_asked_about_is_an_error_when_the_test_ends", "teardown")["longrepr"]
+    assert "cannot track heavy.lazy:setpu: module 'heavy.lazy' has no 'setpu'" in unasked
+    assert "Fix the name in track=[...]" in unasked and "fixture.py" not in unasked.split("ProbeUsageError")[0]
+    late = run.report("test_a_late_typo_names_the_phase_its_module_loaded_in", "call")["longrepr"]
+    assert "(checked in phase 'test'; it loaded in phase 'import')" in late
 
 
 def test_phase_and_pattern_misuse(run_pytest, pytester):

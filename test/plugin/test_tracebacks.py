@@ -38,3 +38,39 @@ def test_tracebacks_show_no_plugin_frames(run_pytest, pytester, style):
             assert name in failures
         for frame in ("recorder.py", "tracking.py", "_find_and_load", "pytest_npu_lazy/"):
             assert frame not in failures, f"{args}: {frame} in\n{failures}"
+
+
+MISUSED_PROBE = """
+import pytest
+
+@pytest.mark.npu_lazy(preload=[])
+def test_phase_used_twice(npu_lazy):
+    with npu_lazy.phase("a"):
+        pass
+    with npu_lazy.phase("a"):
+        pass
+
+@pytest.mark.npu_lazy(preload=["json"])
+def test_guard_on_a_preloaded_module(npu_lazy):
+    npu_lazy.assert_not_loaded("json")
+
+@pytest.mark.npu_lazy(preload=[], block=["turtle"])
+def test_blocked_import(npu_lazy):
+    import turtle
+"""
+
+
+@pytest.mark.parametrize("args", [ISOLATED, IN_PROCESS], ids=["isolated", "in-process"])
+def test_a_misused_probe_or_a_broken_guard_is_reported_at_the_tests_line(run_pytest, pytester, args):
+    """ProbeUsageError, BaselineContaminatedError and a blocked import end at the test's own line: the probe's
+    modules hide their frames (``__tracebackhide__``), and a phase name is checked before the ``with`` block's
+    machinery runs, so no contextlib frame shows either."""
+    pytester.makepyfile(test_misused=MISUSED_PROBE)
+    run = run_pytest("--tb=long", *args)
+    assert set(run.outcomes.values()) <= {"failed", "error"} and len(run.outcomes) == 3, run.text()
+    shown = run.result.stdout.str().split("= ERRORS =", 1)[-1].split("short test summary", 1)[0]
+    for text in ("ProbeUsageError: phase 'a' was already used", "BaselineContaminatedError: npu_lazy guard: 'json'",
+                 "ModuleNotFoundError"):
+        assert text in run.result.stdout.str(), text
+    for frame in ("pytest_npu_lazy/", "contextlib.py", "fixture.py", "state.py", "blocking.py"):
+        assert frame not in shown, f"{frame} in\n{shown}"
