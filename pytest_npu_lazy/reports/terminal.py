@@ -81,9 +81,12 @@ def entry_lines(entry: dict, verbosity: int = 0, width: int = 80,
                 verdict: str | None = None) -> list[tuple[str, dict]]:
     """The section's lines for one isolated test, each with its terminal markup.
 
-    Verbosity 0 (and ``-q``): the phases on one line (wrapped), each with
-    its watched first loads. ``-v``: a line per phase with module counts
-    and each watched module's import chain with the line that asked for it.
+    Verbosity 0 (and ``-q``), and a test that passed without a remark at
+    ``-v``: the phases on one line (wrapped), each with its watched first
+    loads. ``-v`` for a test that needs attention (failed, broke a guarantee,
+    over budget), and ``-vv`` for every test: a line per phase with module
+    counts and each watched module's import chain with the line that asked
+    for it (a passing test's 60 lines of chains drowned the failures).
     ``-vv``: every module per phase too (a phase can load 1,500 modules:
     the JSON report, ``--npu-lazy-json-modules``, has them as data). Then
     the violating module's import chain, and ``verdict``, the budget gate's
@@ -110,7 +113,7 @@ def entry_lines(entry: dict, verbosity: int = 0, width: int = 80,
         return ", ".join(f"{w['pattern'] if w['module'] == w['pattern'] else w['pattern'] + '.*'} ({w['count']})"
                          for w in phase["watched"])
 
-    if verbosity <= 0:
+    if verbosity <= 0 or (verbosity == 1 and not needs_attention(entry)):
         groups = []
         for phase in entry["phases"]:
             part = f"{phase['name']} {phase['duration']:.3f}s" + (" (died here)" if phase.get("unfinished") else "")

@@ -217,10 +217,16 @@ def test_terminal_summary(suite, run_pytest):
     assert "test_not_isolated" not in every
 
     verbose = run_pytest("-v").result.stdout.str().split("npu_lazy: phases and watched modules", 1)[1]
-    flat = " ".join(verbose.split())  # a chain wider than the terminal is wrapped between its links
+    passed = verbose.split("PASSED test_suite.py::test_import_ok", 1)[1].split("\n", 1)[1]
+    passed = passed.split("\n", 2)[:2]  # -v: a passing test in a line or two, no chains
+    assert "<-" not in " ".join(passed) and "import" in " ".join(passed), verbose
+    flat = " ".join(verbose.split())  # a failing test's chains, wider than the terminal, wrapped between links
+    assert "<< VIOLATION: heavy.helpers must not be loaded" in flat and " <- " in flat
+    very = run_pytest("-vv").result.stdout.str().split("npu_lazy: phases and watched modules", 1)[1]
+    flat = " ".join(very.split())  # -vv: every test's chains
     assert re.search(rf"heavy\.helpers <- heavy\.core.* <- test_suite \(test_suite\.py:{IMPORT_LINE} in "
                      r"test_import_ok\)", flat)
-    assert "3 modules" in verbose
+    assert "3 modules" in very
 
     quiet = run_pytest("-q").result.stdout.str().split("npu_lazy: phases and watched modules", 1)[1]
     assert "test_import_violates" in quiet and "test_import_ok" not in quiet  # -q: only what broke
