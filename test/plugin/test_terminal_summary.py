@@ -91,7 +91,16 @@ def test_the_head_keeps_the_node_id_whole():
     nodeid = "test/dynamo/test_wrapper.py::" + "x" * 90
     (head, _), (tail, _), *_ = entry_lines(_entry(nodeid), 0, 80)
     assert head == f"PASSED {nodeid}"
-    assert tail == "    (fork, 4.40 s)"
+    assert tail == "    (fork, 0.37 s)"  # setup + test + teardown, as the phases under it say
+
+
+def test_the_heads_time_adds_up_from_the_phases_under_it():
+    entry = _entry("t", "error")  # pytest's reports said 4.4 s; the child's phases say 3 x 0.1234 s
+    (head, _), *_ = entry_lines(entry, 0, 120)
+    assert head.endswith("(fork, 0.37 s)"), head
+    died = _entry("d", "failed", phases=[])  # a child that sent no phases: pytest's time is all there is
+    (head, _), *_ = entry_lines(died, 0, 120)
+    assert head.endswith("(fork, 4.40 s)"), head
 
 
 PASSING = """
