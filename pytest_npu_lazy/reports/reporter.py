@@ -10,6 +10,7 @@ there is one place that sees every test, and ``-n 2`` writes one file.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -229,8 +230,10 @@ class Reporter:
         xml = compat.junit_xml(self.config)
         if xml is None:
             return
-        for key, value in self.environment().items():
-            xml.add_global_property(f"npu_lazy.{key}", "" if value is None else str(value))
+        for key, value in relative_paths(self.environment(), self.path_roots()).items():
+            # as the JSON report has them: lists and tables as JSON, and no path of this machine
+            text = json.dumps(value) if isinstance(value, (list, tuple, dict)) else "" if value is None else str(value)
+            xml.add_global_property(f"npu_lazy.{key}", text)
 
     # -- writing ------------------------------------------------------------
     def environment(self) -> dict:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import xml.etree.ElementTree as ET
 
@@ -172,6 +173,10 @@ def test_junit_xml_carries_the_key_facts(suite, run_pytest):
     suite_props = {p.get("name"): p.get("value") for p in root.find("testsuite").find("properties")}
     assert suite_props["npu_lazy.torch_npu"] and suite_props["npu_lazy.triton_flavour"]
     assert "npu_lazy.cann_mode" in suite_props
+    hidden = json.loads(suite_props["npu_lazy.hidden_warnings"])  # as the JSON report has it, not a Python repr
+    assert isinstance(hidden, list) and all("message" in w for w in hidden)
+    home = os.path.expanduser("~")
+    assert not [v for v in suite_props.values() if v and (home in v or str(suite.path) in v)], suite_props
     cases = {c.get("name"): c for c in root.iter("testcase")}
 
     def props(name):
