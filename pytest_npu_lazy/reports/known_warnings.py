@@ -124,7 +124,9 @@ def _ascend_home_path(cann: CannStatus) -> HiddenWarning | None:
     return HiddenWarning(
         ASCEND_HOME_PATH,
         "torch_npu prints it at import when CANN's environment script (set_env.sh) was not sourced, and a "
-        f"zygote preloading torch_npu passes it on; harmless on {where}, which needs no CANN installation",
+        f"zygote preloading torch_npu passes it on; harmless on {where}, which needs no CANN installation. "
+        "Where a test imports torch_npu itself, the line is that test's own output (pytest shows it under "
+        "\"Captured stdout\" if the test fails)",
         pattern=r"the zygote's preload \[.*\] printed.\nWarning. ASCEND_HOME_PATH environment variable is not "
                 r"set\.\Z",
         category="pytest_npu_lazy.errors.NpuLazyWarning")
