@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+#: this plugin's package: its links in an import chain are machinery, shown once (ImportRecorder.link_texts)
+OWN_PACKAGE = __name__.split(".")[0]
 #: Phases of the pytest process and of the zygote: what a test starts from.
 BASELINE_PHASES = ("before-recording", "pytest", "preload")
 
@@ -296,8 +298,28 @@ class ImportRecorder:
         return links
 
     def link_texts(self, name: str) -> list[str]:
-        """The chain as reports print it: each module, with where its code asked for the previous link."""
-        return [module if where is None else f"{module} ({where})" for module, where in self.links(name)]
+        """The chain as reports print it: each module, with where its code asked for the previous link.
+
+        A run of links inside this plugin (a zygote's preload goes through its fork server, channel and
+        message loop: nine links of machinery) is cut to its first, which says where the plugin asked, and a
+        count: the chain reads from the module to the code that matters to whoever reads it.
+        """
+        texts: list[str] = []
+        own = 0
+        for module, where in self.links(name):
+            if module == OWN_PACKAGE or module.startswith(OWN_PACKAGE + "."):
+                own += 1
+                if own > 1:
+                    continue
+            elif own > 1:
+                texts[-1] += f" (+{own - 1} link{'s' if own > 2 else ''} of pytest-npu-lazy)"
+                own = 0
+            else:
+                own = 0
+            texts.append(module if where is None else f"{module} ({where})")
+        if own > 1:
+            texts[-1] += f" (+{own - 1} link{'s' if own > 2 else ''} of pytest-npu-lazy)"
+        return texts
 
     def in_phase(self, phase: str) -> list[ImportRecord]:
         return [r for r in self.records.values() if r.phase == phase]

@@ -74,3 +74,21 @@ def test_a_misused_probe_or_a_broken_guard_is_reported_at_the_tests_line(run_pyt
         assert text in run.result.stdout.str(), text
     for frame in ("pytest_npu_lazy/", "contextlib.py", "fixture.py", "state.py", "blocking.py"):
         assert frame not in shown, f"{frame} in\n{shown}"
+
+
+def test_a_chain_shows_the_plugins_machinery_as_one_link(monkeypatch):
+    """A zygote's preload goes through the plugin's fork server, channel and message loop: nine links a reader
+    of a guard's message has no use for. The first says where the plugin asked; the rest are counted."""
+    from pytest_npu_lazy.probe.recorder import ImportRecorder
+
+    recorder = ImportRecorder()
+    machinery = [(f"pytest_npu_lazy.{part}", f"pytest_npu_lazy/{part}.py:1 in f") for part in
+                 ("isolation.preload", "isolation.zygote_side.server", "forks.server", "forks.channel")]
+    monkeypatch.setattr(recorder, "links", lambda name: [("torch", None), *machinery, ("runpy", None)])
+    assert recorder.link_texts("torch") == [
+        "torch", "pytest_npu_lazy.isolation.preload (pytest_npu_lazy/isolation.preload.py:1 in f) "
+                 "(+3 links of pytest-npu-lazy)", "runpy"]
+    one = [("torch", None), ("pytest_npu_lazy.probe.fixture", "fixture.py:145 in NpuLazy.compile"), ("test_x", "t")]
+    monkeypatch.setattr(recorder, "links", lambda name: one)
+    assert recorder.link_texts("torch") == ["torch", "pytest_npu_lazy.probe.fixture (fixture.py:145 in "
+                                            "NpuLazy.compile)", "test_x (t)"]  # one link: where the test called
