@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 
 from . import report
+import dataclasses
+
 from .config import ConfigError, load
 from .session import BaselineFailed, MutantResult, MutationPass, PassOptions, log
 
@@ -54,6 +56,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--expect", choices=("recorded",), help="with --sample: fail unless each sampled mutant "
                         "ends as the JSON given with --against recorded it")
     parser.add_argument("--against", type=Path, help="the recorded JSON that --expect compares with")
+    parser.add_argument("--without-verdicts", action="store_true",
+                        help="judge every mutant by its run, ignoring mutation.toml's verdicts (for a source the "
+                             "verdicts were not written against)")
     return parser.parse_args(argv)
 
 
@@ -84,6 +89,8 @@ def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
     try:
         config = load(args.config.resolve())
+        if args.without_verdicts:
+            config = dataclasses.replace(config, verdicts={})
         options = PassOptions(exitfirst=args.exitfirst, workers=args.workers, only=args.only, sample=args.sample,
                               functions=args.function, tests=args.tests,
                               retake_coverage=args.retake_coverage)
@@ -97,11 +104,13 @@ def _main(argv: list[str] | None) -> int:
             for mutant in session.mutants():
                 print(f"{mutant.id}\t{mutant.function}\t{mutant.description}")
             return 0
+        session.check_verdicts()
         recorded, earlier = {}, {}
         if args.resume or args.report_only:
             if not args.json or not args.json.exists():
                 raise ConfigError("--resume and --report-only read the run recorded in --json FILE; give an existing file")
             results, earlier = _read_record(args.json)
+            _check_same_sources(args.json, earlier, session.digests)
             recorded = {r.mutant.id: r for r in results}
         if args.merge and not args.report_only:
             raise ConfigError("--merge adds other records to --json without running anything: use it with "
@@ -109,13 +118,16 @@ def _main(argv: list[str] | None) -> int:
         for other in args.merge:
             if not other.exists():
                 raise ConfigError(f"--merge {other}: no such file; name a record written with --json")
-            earlier = report.merge(recorded, earlier, *_read_record(other))
+            results_there, there = _read_record(other)
+            _check_same_sources(other, there, session.digests)
+            earlier = report.merge(recorded, earlier, results_there, there)
         if args.report_only:
             if not args.markdown:
                 raise ConfigError("--report-only writes --markdown FILE; name one")
             results = sorted(session.rejudge(list(recorded.values())), key=session.source_order)
             not_run = [m for m in session.mutants() if m.id not in recorded]
-            args.markdown.write_text(report.markdown(results, earlier, not_run, config))
+            earlier = {**earlier, "sources": session.digests}  # checked above: the same, or a legacy record's
+            report.write_text(args.markdown, report.markdown(results, earlier, not_run, config))
             report.write_json(args.json, results, earlier)
             return 0
         command = "python -m pytest_npu_lazy.mutate " + " ".join(
@@ -125,7 +137,8 @@ def _main(argv: list[str] | None) -> int:
             """After each mutant: the record so far, with the time spent so far, so an interrupted run resumes."""
             if args.json:
                 spent = earlier.get("wall_seconds", 0) + time.monotonic() - session.started
-                prov = report.provenance(command.strip(), config.root, spent, session.coverage_map, earlier)
+                prov = report.provenance(command.strip(), config.root, spent, session.coverage_map, earlier,
+                                         session.digests)
                 report.write_json(args.json, results, {**prov, "partial": True})
 
         session.rejudge(list(recorded.values()))  # in place: the verdicts as mutation.toml says them now
@@ -138,13 +151,13 @@ def _main(argv: list[str] | None) -> int:
               "(carry on with --resume)", file=sys.stderr)
         return 128 + stop.signum
     prov = report.provenance(command.strip(), config.root, seconds + earlier.get("wall_seconds", 0), coverage,
-                             earlier)
+                             earlier, session.digests)
     if args.json:
         report.write_json(args.json, results, prov)
     if args.markdown:
         done = {r.mutant.id for r in results}
         not_run = [m for m in MutationPass(config, PassOptions(), progress=log).mutants() if m.id not in done]
-        args.markdown.write_text(report.markdown(results, prov, not_run, config))
+        report.write_text(args.markdown, report.markdown(results, prov, not_run, config))
     s = report.score(results)
     log(f"score: {s['caught']} of {s['judged']} caught ({s['score_pct']} %); survived {s['survived']}, "
         f"not run {s['not_run']}, timeout {s['timeout']}, error {s['error']}, equivalent {s['equivalent']}, "
@@ -152,6 +165,25 @@ def _main(argv: list[str] | None) -> int:
     if args.expect == "recorded":
         return _compare_with_record(results, args.against)
     return 0
+
+
+def _check_same_sources(path: Path, provenance: dict, digests: dict[str, str]) -> None:
+    """A record goes on (resumed, merged, rewritten) only with the sources it was taken with: its ids are
+    positions. A record older than the sources key is taken at its torch_npu version's word."""
+    recorded = provenance.get("sources")
+    if recorded is None:
+        installed = report.installed_version("torch-npu")
+        if provenance.get("torch_npu") not in (None, installed):
+            raise ConfigError(f"{path} was taken with torch_npu {provenance.get('torch_npu')}, and {installed} is "
+                              "installed: its mutant ids name places in another source; start a new record (another "
+                              "--json)")
+        return
+    changed = sorted(module for module, value in recorded.items() if digests.get(module, value) != value)
+    if changed:
+        raise ConfigError(f"{path} was taken with other sources of {', '.join(changed)} (recorded "
+                          f"{', '.join(recorded[m] for m in changed)}; installed "
+                          f"{', '.join(digests[m] for m in changed)}): its mutant ids name places in those sources; "
+                          "start a new record (another --json)")
 
 
 def _read_record(path: Path) -> tuple[list[MutantResult], dict]:

@@ -8,6 +8,7 @@ and its fix named.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.machinery
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,9 @@ class Config:
     first: list[str] = field(default_factory=list)
     #: what the pass is over, for the report's title ([report] subject)
     subject: str = "torch_npu's deferred-loading code"
+    #: module -> the digest (:func:`digest`) of the source its verdicts were written against ([targets] source):
+    #: a mutant id is a position, and on another source the same position can be another edit
+    sources: dict[str, str] = field(default_factory=dict)
 
     def describe_run(self) -> str:
         """The pytest command each mutant's run is, as the report says it."""
@@ -104,13 +108,19 @@ def load(path: Path) -> Config:
         raise ConfigError(f"{path}: [run] first names {', '.join(strays)}, which no [targets] table lists; "
                           "name target functions only")
     sample = data.get("sample", {})
-    return Config(path=path, root=_root_of(path), targets=targets, excluded=excluded,
+    sources = {module: str(spec["source"]) for module, spec in data.get("targets", {}).items() if "source" in spec}
+    return Config(sources=sources, path=path, root=_root_of(path), targets=targets, excluded=excluded,
                   tests=list(run.get("tests", ["."])),
                   pytest_args=list(run.get("pytest_args", [])), test_timeout=float(run.get("test_timeout", 120)),
                   mutant_timeout=float(run.get("mutant_timeout", 900)), verdicts=verdicts,
                   sample=list(sample.get("mutants", [])), sample_tests=list(sample.get("tests", [])),
                   first=list(run.get("first", [])),
                   subject=str(data.get("report", {}).get("subject", "torch_npu's deferred-loading code")))
+
+
+def digest(source: str) -> str:
+    """What a record and a verdict are keyed to: ``sha256:`` and the first 16 hex digits of the source's hash."""
+    return "sha256:" + hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def locate_source(module: str) -> Path:

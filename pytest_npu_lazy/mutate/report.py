@@ -73,7 +73,8 @@ def _commit(root: Path) -> str:
         return "unknown"
 
 
-def provenance(command: str, root: Path, seconds: float, coverage: CoverageMap, earlier: dict | None = None) -> dict:
+def provenance(command: str, root: Path, seconds: float, coverage: CoverageMap, earlier: dict | None = None,
+               sources: dict[str, str] | None = None) -> dict:
     """Where a record comes from. A resumed record keeps the command that began it; the commands that went on
     with it (a resume, some mutants run again) are listed after it, once each."""
     first, then = command, []
@@ -84,7 +85,8 @@ def provenance(command: str, root: Path, seconds: float, coverage: CoverageMap, 
     return {"command": first, "then": then, "commit": _commit(root), "torch_npu": _version("torch-npu"),
             "torch": _version("torch"), "python": platform.python_version(), "wall_seconds": round(seconds),
             "coverage_seconds": coverage.seconds, "tests": len(coverage.tests),
-            "inductor_graph_caches": GRAPH_CACHES}  # in every run since it was recorded
+            "inductor_graph_caches": GRAPH_CACHES,  # in every run since it was recorded
+            "sources": dict(sources or (earlier or {}).get("sources", {}))}  # config.digest of each mutated module
 
 
 def merge(recorded: dict[str, MutantResult], prov: dict, other: list[MutantResult], other_prov: dict) -> dict:
@@ -111,7 +113,19 @@ def merge(recorded: dict[str, MutantResult], prov: dict, other: list[MutantResul
 
 def write_json(path: Path, results: list[MutantResult], prov: dict) -> None:
     data = {"provenance": prov, "score": score(results), "mutants": [r.to_dict() for r in results]}
-    path.write_text(portable(json.dumps(data, indent=1)) + "\n")
+    write_text(path, portable(json.dumps(data, indent=1)) + "\n")
+
+
+def write_text(path: Path, text: str) -> None:
+    """Atomically: the record is rewritten after every mutant, and a SIGTERM or a full disk mid-write must leave
+    the last whole record (the one the exit message says to resume from), never half of one."""
+    from ..reports.schema import write_text as write_atomically
+
+    write_atomically(path, text)
+
+
+def installed_version(distribution: str) -> str | None:
+    return _version(distribution)
 
 
 def portable(text: str) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import operators
-from .config import Config, ConfigError, locate_source
+from .config import Config, ConfigError, digest, locate_source
 from .hook import Plan
 from .runs import SuiteRun, become_subreaper, run_suite
 from .selection import CoverageMap, attribute, map_key
@@ -76,6 +76,8 @@ class MutationPass:
         self.options = options
         self.progress = progress
         self.sources = {module: locate_source(module).read_text() for module in config.targets}
+        #: module -> the digest of its installed source: what this pass's record and verdicts are keyed to
+        self.digests = {module: digest(text) for module, text in self.sources.items()}
         self.tests = options.tests or (config.sample_tests if options.sample and config.sample_tests else config.tests)
         missing = [t for t in options.tests if not (config.root / t.split("::")[0]).exists()]
         if missing:
@@ -101,6 +103,37 @@ class MutationPass:
         if missing:
             raise ConfigError(f"no mutant matches {', '.join(missing)}; list them with --list")
         return mutants
+
+    def check_verdicts(self) -> None:
+        """Refuse verdicts that may name other edits than they were written for: written against another source
+        of their module (ids are positions), without the source they were written against, or naming no mutant
+        of the installed source. A verdict that landed on another edit could hide a live mutant."""
+        config = self.config
+        modules = {verdict.mutant.split(":", 1)[0] for verdict in config.verdicts.values()}
+        for module in sorted(modules):
+            if module not in self.digests:
+                raise ConfigError(f"{config.path}: a verdict names a mutant of {module}, which no [targets] table "
+                                  "mutates; remove the verdict or add the module")
+            expected, installed = config.sources.get(module), self.digests[module]
+            if expected is None:
+                raise ConfigError(f"{config.path}: [targets.\"{module}\"] has verdicts but no source = \"...\", the "
+                                  f"source they were written against; after checking them, add source = \"{installed}\"")
+            if expected != installed:
+                raise ConfigError(
+                    f"{config.path}: the verdicts on {module} were written against its source {expected}; the "
+                    f"installed one is {installed}. A mutant id is a position, and there it may now name another "
+                    "edit: check each verdict against --list, then set [targets.\"" + module + f"\"] source = "
+                    f"\"{installed}\"; or run with --without-verdicts, which judges every mutant by its run")
+        names = {mutant.id for mutant in self.mutants_unfiltered()}
+        stray = sorted(ident for ident in config.verdicts if ident not in names)
+        if stray:
+            raise ConfigError(f"{config.path}: verdicts name mutants the installed source does not have: "
+                              f"{', '.join(stray)}; --list lists the mutants: fix or remove those verdicts")
+
+    def mutants_unfiltered(self) -> list[operators.Mutant]:
+        """Every mutant of the configured functions, whatever --only, --function or the sample select."""
+        return [mutant for module, functions in self.config.targets.items()
+                for mutant in operators.compilable(self.sources[module], module, set(functions))]
 
     def _function_rank(self, mutant: operators.Mutant) -> int:
         """Where a mutant's function stands in the order asked for: --function's, else the configuration's

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from pytest_npu_lazy.mutate import operators
-from pytest_npu_lazy.mutate.config import ConfigError, load
+from pytest_npu_lazy.mutate import report
+from pytest_npu_lazy.mutate.config import ConfigError, digest, load
 from pytest_npu_lazy.mutate.runs import SITE_DIR
 from pytest_npu_lazy.mutate.session import MutationPass
 
@@ -324,9 +325,66 @@ def test_configuration_errors_name_the_fix(tmp_path):
     assert run.returncode == 2 and "--tests tests/test_nothing.py: no such file" in run.stderr, run.stderr
 
 
+VERDICT = '''
+[[verdict]]
+mutant = "lazylib:41:11:change-constant"
+kind = "equivalent"
+why = "untested() is dead code in this library"
+'''
+
+
+def test_a_verdict_is_refused_on_a_source_it_was_not_written_against(tmp_path):
+    """Mutant ids are positions: after an upgrade the same id can name another edit, and an "equivalent" written
+    for the old one would hide a live mutant. Verdicts name the source they were checked against."""
+    project = _project(tmp_path, VERDICT)
+    run = _mutate(project, "--only", "lazylib:41")
+    assert run.returncode == 2 and 'has verdicts but no source = "..."' in run.stderr, run.stderr
+    assert f'add source = "{digest(LIBRARY)}"' in run.stderr
+    (tmp_path / "old").mkdir()
+    (tmp_path / "stray").mkdir()
+    project = _project(tmp_path / "old", 'source = "sha256:0123456789abcdef"\n' + VERDICT)
+    run = _mutate(project, "--only", "lazylib:41")
+    assert run.returncode == 2, run.stderr
+    assert (f"the verdicts on lazylib were written against its source sha256:0123456789abcdef; the installed one "
+            f"is {digest(LIBRARY)}") in run.stderr and "--without-verdicts" in run.stderr
+    project = _project(tmp_path / "stray", f'source = "{digest(LIBRARY)}"\n' + VERDICT.replace(":41:11:", ":40:11:"))
+    run = _mutate(project, "--only", "lazylib:41")
+    assert run.returncode == 2 and "verdicts name mutants the installed source does not have: " \
+        "lazylib:40:11:change-constant" in run.stderr, run.stderr
+
+
+def test_a_record_goes_on_only_with_the_sources_it_was_taken_with(tmp_path):
+    project = _project(tmp_path)
+    record = {"provenance": {"command": "x", "sources": {"lazylib": "sha256:0123456789abcdef"}}, "mutants": []}
+    (project / "old.json").write_text(json.dumps(record))
+    run = _mutate(project, "--json", "old.json", "--resume", "--only", "lazylib:41")
+    assert run.returncode == 2 and "old.json was taken with other sources of lazylib" in run.stderr, run.stderr
+    assert "start a new record" in run.stderr and "coverage" not in run.stderr
+    legacy = {"provenance": {"command": "x", "torch_npu": "1.0.0"}, "mutants": []}  # before the sources key
+    (project / "legacy.json").write_text(json.dumps(legacy))
+    run = _mutate(project, "--json", "legacy.json", "--report-only", "--markdown", "out.md")
+    assert run.returncode == 2 and "was taken with torch_npu 1.0.0" in run.stderr, run.stderr
+
+
+def test_the_record_is_replaced_whole_or_not_at_all(tmp_path, monkeypatch):
+    """Rewritten after every mutant: a kill mid-write must leave the last whole record to resume from."""
+    path = tmp_path / "record.json"
+    report.write_json(path, [], {"command": "first"})
+    whole = path.read_text()
+
+    def killed(*args):
+        raise KeyboardInterrupt  # as a signal arriving between the write and the rename
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        report.write_json(path, [], {"command": "second", "long": "x" * 100_000})
+    assert path.read_text() == whole and [p.name for p in tmp_path.iterdir()] == ["record.json"]
+
+
 @pytest.mark.needs("torch")  # the plugin's isolation runs the suite's marked test; no torch is imported
 def test_the_runner_catches_survives_and_records(tmp_path):
-    verdict = '''
+    verdict = f'''
+        source = "{digest(LIBRARY)}"
         [[verdict]]
         mutant = "lazylib:41:11:change-constant"
         kind = "equivalent"
