@@ -134,9 +134,15 @@ class Channel:
             return False
         body = bytes(self._buffer[_HEADER.size:_HEADER.size + length])
         del self._buffer[:_HEADER.size + length]
-        payload = json.loads(body)
-        kind = payload.pop("kind")
         fds = [self._fds.popleft() for _ in range(nfds)]
+        try:
+            payload = json.loads(body)
+            kind = payload.pop("kind")
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:  # not JSON, not an object, no kind
+            for fd in fds:
+                os.close(fd)
+            raise ProtocolError(f"a malformed message ({type(exc).__name__}: {exc}): "
+                                f"{body[:80].decode(errors='replace')!r}") from None
         self._pending.append(Message(kind, payload, fds))
         return True
 

@@ -43,6 +43,11 @@ POLL_SECONDS = 0.05
 READY_TIMEOUT = 600.0
 
 
+#: a fork server's exit codes when something other than its caller ended it (0: told to, or its caller gone)
+EXIT_PROTOCOL_ERROR = 3
+EXIT_OS_ERROR = 4
+
+
 class ForkServer:
     """Serve one control channel: dispatch its messages by kind, reap children, end with all of them."""
 
@@ -96,9 +101,13 @@ class ForkServer:
                         return result
             except ProtocolError as exc:
                 print(f"pytest-npu-lazy: a {self.NAME} got {exc}; it ends", file=sys.stderr)
-                self.terminate()
-            except (ChannelClosed, OSError):
-                self.terminate()  # the caller is gone or done with us
+                self.terminate(exit_code=EXIT_PROTOCOL_ERROR)
+            except ChannelClosed:
+                self.terminate()  # the caller is gone or done with us: a normal end
+            except OSError as exc:  # a fork refused (EAGAIN, ENOMEM), a descriptor gone: not a normal end
+                print(f"pytest-npu-lazy: a {self.NAME} failed: {type(exc).__name__}: {exc}; it ends",
+                      file=sys.stderr)
+                self.terminate(exit_code=EXIT_OS_ERROR)
 
     def _drain_control(self) -> Any:
         """Every message that arrived: one read can bring several, and select then sees no more."""
@@ -131,11 +140,12 @@ class ForkServer:
         self.watcher.add(pid)
         return pid
 
-    def terminate(self, signum=None, frame=None) -> None:
-        """End every child (and, with SIGKILL, every child's group), reap them all, and exit."""
+    def terminate(self, signum=None, frame=None, exit_code: int = 0) -> None:
+        """End every child (and, with SIGKILL, every child's group), reap them all, and exit: 0 when told to
+        (shutdown, SIGTERM, its caller gone), else the code of what ended it (EXIT_*)."""
         self.watcher.kill_all(self.CHILD_STOP_SIGNAL, groups=self.CHILD_STOP_SIGNAL == signal.SIGKILL)
         self.watcher.wait_all()
-        os._exit(0)
+        os._exit(exit_code)
 
     def end_on_sigterm(self) -> None:
         signal.signal(signal.SIGTERM, self.terminate)

@@ -155,3 +155,59 @@ def test_a_child_that_sends_an_unknown_message_fails_its_test_naming_it(run_pyte
     text = run.report("test_sends_nonsense", "call")["longrepr"]
     assert "unexpected message 'bogus'" in text, text
     assert run.result.duration < 25, "the child was waited for instead of being killed"
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b'{"no_kind": 1}'], ids=["not-json", "not-an-object",
+                                                                                      "no-kind"])
+def test_a_malformed_message_is_a_protocol_error_and_its_descriptors_are_closed(pair, body):
+    import socket
+    import struct
+
+    ours, theirs = pair
+    read_end, write_end = os.pipe()
+    try:
+        frame = struct.pack("!II", len(body), 1) + body
+        socket.send_fds(ours.sock, [frame], [write_end])
+        with pytest.raises(ProtocolError, match="a malformed message"):
+            messages.CHILD_ACCEPTS.receive(theirs, timeout=5)
+    finally:
+        os.close(write_end)
+    assert os.read(read_end, 1) == b""  # the received copy of the descriptor was closed
+    os.close(read_end)
+
+
+def test_a_fork_server_that_fails_exits_non_zero_saying_what_happened(tmp_path):
+    """A failed fork (EAGAIN, ENOMEM) used to end the server with exit status 0, as a normal shutdown does."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent('''
+        import os, sys
+        from pytest_npu_lazy.forks.channel import Channel
+        from pytest_npu_lazy.forks.server import ForkServer
+
+        from pytest_npu_lazy.isolation.messages import Shutdown
+
+        class Failing(ForkServer):
+            NAME = "test server"
+            MESSAGES = (Shutdown,)
+
+            def side_channels(self):
+                return {self.probe: "probe"}
+
+            def side_readable(self, key):
+                raise BlockingIOError(11, "Resource temporarily unavailable (fork)")
+
+        ours, theirs = Channel.pair()
+        server = Failing(theirs)
+        read_end, write_end = os.pipe()
+        os.write(write_end, b"x")
+        server.probe = read_end
+        server.serve()
+    ''')
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    from pytest_npu_lazy.forks.server import EXIT_OS_ERROR
+
+    assert done.returncode == EXIT_OS_ERROR, (done.returncode, done.stderr)
+    assert "a test server failed: BlockingIOError" in done.stderr
