@@ -213,3 +213,29 @@ def test_a_dynamo_setup_step_that_fails_is_not_recorded_and_is_run_again(npu_laz
     _dynamo._lazy_dynamo_setup()
     assert calls == [1, 1], f"the retry ran the failed {step} step {len(calls) - 1} times, not once"
     assert step in _dynamo._COMPLETED_DYNAMO_SETUP_STEPS and _dynamo._lazy_dynamo_setup.has_run
+
+
+def test_a_dynamo_import_whose_setup_failed_cannot_be_imported_again_in_that_process(npu_lazy, monkeypatch):
+    """The premise of an equivalent verdict (docs/mutation.md, record-before-work at the post-import trigger): the
+    trigger runs the Dynamo set-up inside ``import torch._dynamo``; if the set-up fails, so does the import, and
+    torch cannot import torch._dynamo again in that process (its submodules stay loaded, the package does not),
+    whether or not the trigger stayed on sys.meta_path. The day torch can, this fails, and the trigger's place
+    after the set-up matters: a retried import must then set up."""
+    import torch_npu.utils._dynamo as npu_dynamo
+
+    assert "torch._dynamo" not in sys.modules
+    original, calls = npu_dynamo.patch_builtin_variable, []
+
+    def fails_once():
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("injected: the builtin_variable step failed")
+        return original()
+
+    monkeypatch.setattr(npu_dynamo, "patch_builtin_variable", fails_once)
+    with pytest.raises(RuntimeError, match="injected"):
+        import torch._dynamo  # noqa: F401
+    assert "torch._dynamo" not in sys.modules and not npu_dynamo._lazy_dynamo_setup.has_run
+    assert any(isinstance(f, npu_dynamo._DynamoPostImportFinder) for f in sys.meta_path), "the trigger is gone"
+    with pytest.raises(AttributeError, match="partially initialized module 'torch._dynamo'"):
+        import torch._dynamo  # noqa: F401,F811
