@@ -90,7 +90,8 @@ def describe(cann: CannStatus, npu_checked: tuple[bool, str] | None = None) -> E
         else:
             device = "npu" if npu_checked[0] else f"cpu ({npu_checked[1]})"
     elif cann.active == "emulate":
-        device = f"npu (emulated {cann.version}: device paths run, kernels do not)"
+        device = (f"npu (emulated {cann.version}: device paths run, kernels do not; tests compute on cpu, "
+                  "npu_lazy.device)")
     elif cann.active == "compute":
         device = (f"npu (emulated {cann.version}, computing on the host: eager operators by ATen's CPU kernels, "
                   "Triton kernels in Triton's interpreter)")

@@ -269,6 +269,8 @@ def test_emulate_mode_runs_device_paths_in_fresh_children_and_says_so(run_pytest
     expected = f"CANN: emulated NPU ({MODEL.soc_name}) - device paths run, kernels do not"
     assert any(expected in line for line in header), header
     assert any(f"device npu (emulated {MODEL.soc_name}" in line for line in header), header
+    # the header and the fixture say the same: the emulated NPU runs no kernel, so tests compute on cpu
+    assert any("tests compute on cpu, npu_lazy.device" in line for line in header), header
     assert f"running on the emulated NPU ({MODEL.soc_name}), which cannot run kernels" in run.text()
     environment = json.loads((pytester.path / "report.json").read_text())["environment"]
     assert environment["cann_mode"] == "emulate" and environment["cann"].startswith(expected)
