@@ -32,7 +32,8 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
 
 from .channel import Accepts, Channel, ChannelClosed, ProtocolError
 from .processes import ChildWatcher
@@ -46,6 +47,14 @@ READY_TIMEOUT = 600.0
 #: a fork server's exit codes when something other than its caller ended it (0: told to, or its caller gone)
 EXIT_PROTOCOL_ERROR = 3
 EXIT_OS_ERROR = 4
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """The caller is done with this server: end or kill its children, then exit. Every fork server handles it
+    (:meth:`ForkServer.on_shutdown`), so it is defined once, here, and each front end's message list includes it."""
+
+    KIND: ClassVar[str] = "shutdown"
 
 
 class ForkServer:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
 from ..forks.channel import Accepts
+from ..forks.server import Shutdown  # noqa: F401 - every fork server's; the pytest process sends it
 
 #: the descriptor of a spawned child's channel, in its environment (a fresh ``python -m pytest``)
 CHILD_FD_ENV = "PYTEST_NPU_LAZY_CHILD_FD"
@@ -68,13 +69,6 @@ class ChildExited:
     KIND: ClassVar[str] = "child_exited"
     pid: int
     status: int
-
-
-@dataclass(frozen=True)
-class Shutdown:
-    """The pytest process is done with this server: kill or end its children, then exit."""
-
-    KIND: ClassVar[str] = "shutdown"
 
 
 # -- a zygote ---------------------------------------------------------------------

@@ -37,6 +37,9 @@ import ast
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterator
 
+from .statements import (TEXT_CALLS, binds, call_name, does_work, is_text_for_people, own_statements, reads,
+                         records_state)
+
 #: the pseudo-function naming a module's top-level statements (what runs at import)
 MODULE_LEVEL = "<module>"
 
@@ -56,9 +59,6 @@ OPERATORS = {
                           "moves ahead of earlier work of its block (`up-N`), or that work moves after it "
                           "(`down-N`): the state says done before the work succeeded",
 }
-
-#: calls whose arguments are text for people, never behaviour
-_TEXT_CALLS = {"warn", "info", "debug", "warning", "warnings", "error", "exception", "critical", "log", "format"}
 
 
 @dataclass(frozen=True)
@@ -106,18 +106,6 @@ def _is_docstring(stmt: ast.stmt, body: list, index: int) -> bool:
         and isinstance(stmt.value.value, str)
 
 
-def _call_name(call: ast.Call) -> str:
-    func = call.func
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
-
-
-def _is_text_for_people(stmt: ast.stmt) -> bool:
-    """Logging, warnings and raise: deleting or editing them changes only what a person reads."""
-    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
-        return _call_name(stmt.value) in _TEXT_CALLS
-    return False
-
-
 class _Walker:
     """Walks target functions in source order, noting every site an operator applies to."""
 
@@ -146,7 +134,7 @@ class _Walker:
 
     def _definition(self, node: ast.AST, path: tuple, qualname: str, target: str) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            self._declared[qualname] = {name for stmt in _own_statements(node) if isinstance(stmt, (ast.Global,
+            self._declared[qualname] = {name for stmt in own_statements(node) if isinstance(stmt, (ast.Global,
                                         ast.Nonlocal)) for name in stmt.names}
             for index, decorator in enumerate(node.decorator_list):
                 self._add(path, "drop-decorator", str(index), decorator, qualname, target,
@@ -188,26 +176,26 @@ class _Walker:
         block, and each such work moved after the record, where no name is then read before it is bound."""
         declared = self._declared.get(function, set())
         for index, record in enumerate(body):
-            if not _records_state(record, declared):
+            if not records_state(record, declared):
                 continue
             for earlier in range(index - 1, -1, -1):
                 work = body[earlier]
-                if not _does_work(work) or _records_state(work, declared):
+                if not does_work(work) or records_state(work, declared):
                     continue
                 between = body[earlier:index]
-                if not _reads(record) & _binds(between):  # the record, moved up, reads nothing bound on the way
+                if not reads(record) & binds(between):  # the record, moved up, reads nothing bound on the way
                     if not (earlier == index - 1 and _swapped_already(work, record)):
                         self._add(path + ((field[0], index),), "record-before-work", f"up-{work.lineno}", record,
                                   function, target, f"{_first_line(record)} moved ahead of {_first_line(work)}",
                                   ("move", index, earlier))
                 after = body[earlier + 1:index + 1]
-                if earlier < index - 1 and not _reads(*after) & _binds([work]):
+                if earlier < index - 1 and not reads(*after) & binds([work]):
                     self._add(path + ((field[0], earlier),), "record-before-work", f"down-{record.lineno}", work,
                               function, target, f"{_first_line(work)} moved after {_first_line(record)}",
                               ("move", earlier, index))
 
     def _statement(self, stmt: ast.stmt, body: list, index: int, path: tuple, function: str, target: str) -> None:
-        if isinstance(stmt, (ast.Pass, ast.Global, ast.Nonlocal)) or _is_text_for_people(stmt):
+        if isinstance(stmt, (ast.Pass, ast.Global, ast.Nonlocal)) or is_text_for_people(stmt):
             return
         if isinstance(stmt, ast.Return):
             if stmt.value is not None and not (isinstance(stmt.value, ast.Constant) and stmt.value.value is None):
@@ -236,7 +224,7 @@ class _Walker:
             self._body(stmt.orelse, ("orelse",), path, function, target)
             self._body(stmt.finalbody, ("finalbody",), path, function, target)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and stmt.value is not None:
-            if isinstance(stmt.value, ast.Call) and _call_name(stmt.value) not in _TEXT_CALLS:
+            if isinstance(stmt.value, ast.Call) and call_name(stmt.value) not in TEXT_CALLS:
                 self._add(path + (("value", None),), "call-to-noop", "", stmt.value, function, target,
                           f"{_src(stmt.value)} -> None", lambda node: ast.Constant(None))
             self._expressions(stmt.value, path + (("value", None),), function, target)
@@ -301,7 +289,7 @@ def _walk_expression(expr: ast.AST, path: tuple) -> Iterator[tuple[tuple, ast.AS
     yield path, expr
     if isinstance(expr, ast.JoinedStr):
         return
-    if isinstance(expr, ast.Call) and _call_name(expr) in _TEXT_CALLS:
+    if isinstance(expr, ast.Call) and call_name(expr) in TEXT_CALLS:
         return
     for field, value in ast.iter_fields(expr):
         if isinstance(value, ast.AST) and not isinstance(value, (ast.expr_context, ast.operator, ast.cmpop,
@@ -341,71 +329,8 @@ def _is_call_statement(stmt: ast.stmt) -> bool:
 
 
 def _is_setup_step(stmt: ast.stmt) -> bool:
-    return (_is_call_statement(stmt) and not _is_text_for_people(stmt)) or isinstance(
+    return (_is_call_statement(stmt) and not is_text_for_people(stmt)) or isinstance(
         stmt, (ast.Assign, ast.AugAssign, ast.Import, ast.ImportFrom))
-
-
-#: methods that add to or take from a container: a call of one records state, as an assignment to an item does
-#: (``sys.meta_path.remove(trigger)`` records that the trigger fired)
-_RECORDING_METHODS = {"add", "append", "extend", "update", "setdefault", "insert", "__setitem__", "remove",
-                      "discard"}
-
-
-def _own_statements(node: ast.AST) -> Iterator[ast.AST]:
-    """Every node of a function's own body, not of the functions and classes defined in it."""
-    stack = list(ast.iter_child_nodes(node))
-    while stack:
-        child = stack.pop()
-        yield child
-        if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            stack.extend(ast.iter_child_nodes(child))
-
-
-def _records_state(stmt: ast.stmt, declared: set[str]) -> bool:
-    """An assignment to an attribute, an item or a global/nonlocal name, or a container's add: state that
-    outlives the statement, which a later call may read to decide that something was done."""
-    if isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
-        targets = stmt.targets if isinstance(stmt, (ast.Assign, ast.Delete)) else [stmt.target]
-        return any(isinstance(t, (ast.Attribute, ast.Subscript)) or (isinstance(t, ast.Name) and t.id in declared)
-                   for t in targets)
-    if isinstance(stmt, ast.If) and not stmt.orelse:  # ``if trigger in hooks: hooks.remove(trigger)``
-        return not any(isinstance(node, ast.Call) for node in ast.walk(stmt.test)) \
-            and all(_records_state(inner, declared) for inner in stmt.body)
-    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) \
-        and isinstance(stmt.value.func, ast.Attribute) and stmt.value.func.attr in _RECORDING_METHODS
-
-
-def _does_work(stmt: ast.stmt) -> bool:
-    """A statement that can fail while doing something: an import, or a call anywhere in it (a nested
-    function's body aside), text for people aside."""
-    if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-        return True
-    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Return, ast.Raise, ast.Pass,
-                         ast.Global, ast.Nonlocal)) or _is_text_for_people(stmt):
-        return False
-    return any(isinstance(node, (ast.Call, ast.Import, ast.ImportFrom)) for node in _own_statements(stmt)) \
-        or isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-
-
-def _binds(statements) -> set[str]:
-    """Names the statements bind: assigned, imported, defined, or bound by a loop, ``with`` or ``except``."""
-    names = set()
-    for stmt in statements:
-        for node in [stmt, *_own_statements(stmt)]:
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                names.add(node.id)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.add(node.name)
-            elif isinstance(node, ast.ExceptHandler) and node.name:
-                names.add(node.name)
-    return names
-
-
-def _reads(*statements) -> set[str]:
-    return {node.id for stmt in statements for node in [stmt, *_own_statements(stmt)]
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
 
 
 def _swapped_already(first: ast.stmt, second: ast.stmt) -> bool:

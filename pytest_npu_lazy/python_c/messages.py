@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import ClassVar, Optional
 
 from ..forks.channel import Accepts, send  # noqa: F401 - send is this module's API too
+from ..forks.server import Shutdown  # noqa: F401 - every fork server's; the caller sends it
 
 #: the order of the descriptors that travel with a Run message
 RUN_FDS = ("call", "cwd", "stdout", "stderr", "stdin")
@@ -38,11 +39,6 @@ class Run:
     cwd: Optional[str]  # as given to run_python, resolved in the child against the caller's directory
     argv0: str  # the caller's sys.executable: what sys.orig_argv[0] of `python -c` would be
     stdin: bool  # whether a stdin descriptor travels with the message (the caller's fd 0 may be closed)
-
-
-@dataclass(frozen=True)
-class Shutdown:
-    KIND: ClassVar[str] = "shutdown"
 
 
 @dataclass(frozen=True)
