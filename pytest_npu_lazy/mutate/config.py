@@ -13,7 +13,9 @@ import importlib.machinery
 from dataclasses import dataclass, field
 from pathlib import Path
 
-VERDICT_KINDS = ("equivalent", "device-only")
+from .status import VERDICTS, Status
+
+VERDICT_KINDS = tuple(status.value for status in VERDICTS)
 
 
 class ConfigError(Exception):
@@ -98,7 +100,7 @@ def load(path: Path) -> Config:
         if entry["kind"] not in VERDICT_KINDS:
             raise ConfigError(f"{path}: verdict for {entry['mutant']}: kind {entry['kind']!r} is not one of "
                               f"{', '.join(VERDICT_KINDS)}")
-        if entry["kind"] == "device-only" and not entry.get("npu_test"):
+        if entry["kind"] == Status.DEVICE_ONLY and not entry.get("npu_test"):
             raise ConfigError(f"{path}: device-only verdict for {entry['mutant']} names no npu_test (the test that "
                               "would catch it on an NPU runner)")
         verdicts[entry["mutant"]] = Verdict(entry["mutant"], entry["kind"], entry["why"], entry.get("npu_test", ""))

@@ -20,8 +20,9 @@ from .session import MutantResult
 from .operators import OPERATORS
 from .runs import GRAPH_CACHES
 from .selection import CoverageMap
+from .status import NOT_CAUGHT, VERDICTS, Status
 
-EXCUSED = ("equivalent", "device-only")
+EXCUSED = VERDICTS
 
 INTRO = """# Mutation pass over {subject}
 
@@ -51,10 +52,10 @@ GRAPH_CACHES_SAID = {
 def score(results: list[MutantResult]) -> dict:
     counts = Counter(r.status for r in results)
     judged = len(results) - sum(counts[k] for k in EXCUSED)
-    caught = counts["caught"]
-    return {"generated": len(results), "caught": caught, "survived": counts["survived"],
-            "not_run": counts["not-run"], "timeout": counts["timeout"], "error": counts["error"],
-            "equivalent": counts["equivalent"], "device_only": counts["device-only"],
+    caught = counts[Status.CAUGHT]
+    return {"generated": len(results), "caught": caught, "survived": counts[Status.SURVIVED],
+            "not_run": counts[Status.NOT_RUN], "timeout": counts[Status.TIMEOUT], "error": counts[Status.ERROR],
+            "equivalent": counts[Status.EQUIVALENT], "device_only": counts[Status.DEVICE_ONLY],
             "judged": judged, "score_pct": round(100.0 * caught / judged, 1) if judged else None}
 
 
@@ -100,8 +101,8 @@ def merge(recorded: dict[str, MutantResult], prov: dict, other: list[MutantResul
     """
     for result in other:
         mine = recorded.get(result.mutant.id)
-        if (mine is None or (mine.status == "not-run" and result.status != "not-run")
-                or (mine.status in ("survived", "timeout", "error") and result.status == "caught")):
+        if (mine is None or (mine.status == Status.NOT_RUN and result.status != Status.NOT_RUN)
+                or (mine.status in (Status.SURVIVED, Status.TIMEOUT, Status.ERROR) and result.status == Status.CAUGHT)):
             recorded[result.mutant.id] = result
     merged = [dict(m) for m in prov.get("merged", [])]
     entry = {"command": other_prov.get("command", "not recorded"), "then": list(other_prov.get("then", [])),
@@ -177,7 +178,7 @@ def markdown(results: list[MutantResult], prov: dict, not_run: list | None = Non
     made = Counter(r.mutant.operator for r in results)
     out += ["", "## Operators\n", "| operator | the edit | mutants |", "| --- | --- | --- |"]
     out += [f"| {name} | {_cell(edit)} | {made.get(name, 0)} |" for name, edit in OPERATORS.items()]
-    for title, statuses in (("Not caught, and why", ("survived", "not-run", "timeout", "error")),
+    for title, statuses in (("Not caught, and why", NOT_CAUGHT),
                             ("Equivalent and device-only", EXCUSED)):
         rows = [r for r in results if r.status in statuses]
         out += ["", f"## {title}\n"]
@@ -199,7 +200,7 @@ def markdown(results: list[MutantResult], prov: dict, not_run: list | None = Non
     out += ["", "## Every mutant\n", "| mutant | function | line | operator | edit | result |",
             "| --- | --- | --- | --- | --- | --- |"]
     for r in results:
-        result = f"caught by `{r.killed_by}`" if r.status == "caught" else r.status
+        result = f"caught by `{r.killed_by}`" if r.status == Status.CAUGHT else str(r.status)
         out.append(f"| `{r.mutant.id}` | `{r.mutant.function}` | {r.mutant.line} | {r.mutant.operator} "
                    f"| {_cell(r.mutant.description)} | {result} |")
     return portable("\n".join(out)) + "\n"

@@ -19,6 +19,7 @@ from typing import Callable
 
 from . import operators
 from .config import Config, ConfigError, digest, locate_source
+from .status import VERDICTS, Status
 from .hook import Plan
 from .runs import SuiteRun, become_subreaper, run_suite
 from .selection import CoverageMap, attribute, map_key
@@ -33,7 +34,7 @@ class BaselineFailed(Exception):
 @dataclass
 class MutantResult:
     mutant: operators.Mutant
-    status: str  #: caught | survived | not-run | timeout | error | equivalent | device-only
+    status: Status
     killed_by: str = ""
     message: str = ""
     tests_selected: int = 0
@@ -41,9 +42,13 @@ class MutantResult:
     verdict: str = ""  #: why a survivor is equivalent or device-only (from the configuration)
     npu_test: str = ""
 
+    def __post_init__(self) -> None:
+        self.status = Status(self.status)  # a record's string, or a typo in one, named at once
+
     def to_dict(self) -> dict:
         data = asdict(self)
         data["mutant"] = self.mutant.to_dict()
+        data["status"] = self.status.value
         return data
 
     @classmethod
@@ -204,14 +209,14 @@ class MutationPass:
         rerun = set(self.options.only)
         # a recorded "not-run" is looked at again: a function no test ran may be run now, and a mutant recorded
         # under a verdict without a run, whose verdict is withdrawn, must be run
-        todo = [m for m in mutants if m.id not in recorded or recorded[m.id].status == "not-run"
+        todo = [m for m in mutants if m.id not in recorded or recorded[m.id].status == Status.NOT_RUN
                 or any(m.id.startswith(p) for p in rerun)]
         todo.sort(key=self._function_rank)  # the most wanted first (a stable sort: source order otherwise)
         if recorded:
             self.progress(f"resuming: {len(mutants) - len(todo)} mutants recorded already, {len(todo)} to run")
         killers: dict[str, list[str]] = {}
         for result in recorded.values():
-            if result.status == "caught":
+            if result.status == Status.CAUGHT:
                 killers.setdefault(f"{result.mutant.module}:{result.mutant.target}", []).append(result.killed_by)
                 self.catches[result.killed_by] = self.catches.get(result.killed_by, 0) + 1
         # every recorded result is kept, those outside this run's --only or --function too: a resumed record
@@ -243,9 +248,9 @@ class MutationPass:
         if verdict is not None and not self._patterns():
             # judged from the code in mutation.toml: a full pass records the verdict without a run that could
             # only end "survived" or at its limit; --only and --sample run it, to check the verdict still holds
-            return self._judged(MutantResult(mutant, "not-run", message=JUDGED_WITHOUT_A_RUN), verdict)
+            return self._judged(MutantResult(mutant, Status.NOT_RUN, message=JUDGED_WITHOUT_A_RUN), verdict)
         if not selected:
-            return self._judged(MutantResult(mutant, "not-run", message="no test of the suite runs this function"),
+            return self._judged(MutantResult(mutant, Status.NOT_RUN, message="no test of the suite runs this function"),
                                 verdict)
         key = f"{mutant.module}:{mutant.target}"
         ordered = self.test_order(selected, coverage.by_function.get(f"{mutant.module}:{mutant.function}", []),
@@ -262,7 +267,7 @@ class MutationPass:
         run = run_suite(self.config, Plan("mutant", self.config.targets, mutant.id), ordered, args, wall=wall,
                         test_limits=self.test_limits(ordered, coverage.durations))
         result = self._classify(mutant, run, len(ordered))
-        if result.status == "caught":
+        if result.status == Status.CAUGHT:
             self.catches[result.killed_by] = self.catches.get(result.killed_by, 0) + 1
             killers.setdefault(key, [])
             if result.killed_by in killers[key]:
@@ -300,19 +305,19 @@ class MutationPass:
         failures = [f for f in run.failures if f.get("when") != "collect"]
         if failures:
             first = failures[0]
-            return MutantResult(mutant, "caught", first["nodeid"], first.get("message", ""), selected,
+            return MutantResult(mutant, Status.CAUGHT, first["nodeid"], first.get("message", ""), selected,
                                 round(run.seconds, 1))
         if run.returncode is None:
             finished = len({w["nodeid"] for w in run.windows})
-            return MutantResult(mutant, "timeout", message=f"killed at the run's limit ({run.seconds:.0f} s) after "
+            return MutantResult(mutant, Status.TIMEOUT, message=f"killed at the run's limit ({run.seconds:.0f} s) after "
                                 f"{finished} of {selected} selected tests, none failed or timed out",
                                 tests_selected=selected,
                                 seconds=round(run.seconds, 1))
         if run.returncode in (0, 5):
             note = "" if run.applied_in else "the mutated module was never imported in the run"
-            return MutantResult(mutant, "survived", message=note, tests_selected=selected,
+            return MutantResult(mutant, Status.SURVIVED, message=note, tests_selected=selected,
                                 seconds=round(run.seconds, 1))
-        return MutantResult(mutant, "error", message=f"pytest exit {run.returncode} with no failed test: "
+        return MutantResult(mutant, Status.ERROR, message=f"pytest exit {run.returncode} with no failed test: "
                             + run.output_tail[-300:], tests_selected=selected, seconds=round(run.seconds, 1))
 
     @staticmethod
@@ -324,17 +329,17 @@ class MutationPass:
         if verdict is not None:
             result.verdict = verdict.why
             result.npu_test = verdict.npu_test
-            if result.status in ("survived", "not-run", "timeout"):
-                result.status = verdict.kind
+            if result.status in (Status.SURVIVED, Status.NOT_RUN, Status.TIMEOUT):
+                result.status = Status(verdict.kind)
         return result
 
     def rejudge(self, results: list[MutantResult]) -> list[MutantResult]:
         """Recorded results under the configuration's verdicts as they are now (added, changed or withdrawn)."""
         for result in results:
-            if result.status in ("equivalent", "device-only") and result.mutant.id not in self.config.verdicts:
+            if result.status in VERDICTS and result.mutant.id not in self.config.verdicts:
                 # what the run said before the verdict, or, for a mutant never run, that it has not run yet
                 unrun = result.message == JUDGED_WITHOUT_A_RUN
-                result.status, result.verdict, result.npu_test = ("not-run" if unrun else "survived"), "", ""
+                result.status, result.verdict, result.npu_test = (Status.NOT_RUN if unrun else Status.SURVIVED), "", ""
             self._judged(result, self.config.verdicts.get(result.mutant.id))
         return results
 
