@@ -15,6 +15,7 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import subprocess
 import sys
 from typing import Iterator
 
@@ -98,12 +99,14 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def group_alive(pgid: int) -> bool:
+def wait_or_kill_group(process, grace: float, pgid: int) -> None:
+    """Give a ``subprocess.Popen`` that was told to end ``grace`` seconds, then kill its process group and reap
+    it: a zygote or spawned child that hangs in its shutdown must not outlive the run."""
     try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        kill_group(pgid, signal.SIGKILL)
+        process.wait()
 
 
 def _exited(pid: int) -> bool:

@@ -20,7 +20,6 @@ Runs in the pytest process: standard library only, no pytest.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -34,7 +33,7 @@ from pathlib import Path
 from .env import as_started, compatible, relative_pythonpath, startup_changes
 from . import messages
 from ..errors import NpuLazyWarning, RunPythonError
-from ..forks.processes import kill_group
+from ..forks.processes import wait_or_kill_group
 from ..forks.channel import Channel, ChannelClosed, describe_status
 from ..forks.server import READY_TIMEOUT
 
@@ -89,11 +88,7 @@ class Zygote:
         except OSError:
             pass
         self.control.close()
-        try:
-            self.process.wait(STOP_GRACE)
-        except subprocess.TimeoutExpired:
-            kill_group(self.process.pid, signal.SIGKILL)  # its own session: the group is the zygote's
-            self.process.wait()
+        wait_or_kill_group(self.process, STOP_GRACE, self.process.pid)  # its own session: the group is the zygote's
 
 
 def _start(preload: tuple[str, ...], env: dict[str, str], directory: str) -> Zygote:

@@ -8,7 +8,6 @@ forked one over a socket it inherits.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 
 from ...forks.channel import Channel, send
-from ...forks.processes import kill_group
+from ...forks.processes import wait_or_kill_group
 from ...settings import TestSettings
 from ..messages import CHILD_FD_ENV
 from ..target import Target, prepare_message
@@ -50,11 +49,7 @@ class SpawnedChild:
     def close(self) -> None:
         self.channel.close()
         if self.process.poll() is None:
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                kill_group(self.pgid, signal.SIGKILL)
-                self.process.wait()
+            wait_or_kill_group(self.process, 10, self.pgid)
 
 
 class SpawnLauncher:
