@@ -229,13 +229,22 @@ class Finished:
     KIND: ClassVar[str] = "finished"
 
 
-#: every message of isolation: an endpoint that dispatches by kind accepts those it has ``on_<kind>`` handlers
-#: for (:meth:`~pytest_npu_lazy.forks.channel.Accepts.handled_by`): the zygote servers, the pool's view of a
-#: zygote, the controller of a test child
-ALL = (StartZygote, ZygoteStarted, ChildExited, Shutdown, ForkChild, StartModuleZygote, Ready, ChildForked,
-       ForkRefused, Prepare, Run, Files, Phase, Report, WarningRecorded, Terminal, Junit, NotRun, InternalError,
-       Interrupted, Finished)
+# One list per direction (the table above): an endpoint that dispatches by kind accepts, of its direction's
+# list, those it has ``on_<kind>`` handlers for (:meth:`~pytest_npu_lazy.forks.channel.Accepts.handled_by`), so a
+# handler for a message that only travels the other way is refused when the endpoint is set up.
+#: what the root zygote may be sent
+TO_ROOT = (StartZygote, Shutdown)
+#: what a zygote and a module zygote may be sent
+TO_ZYGOTE = (ForkChild, StartModuleZygote, Shutdown)
+#: what the pool's view of a zygote (or of the root) may receive
+FROM_ZYGOTE = (Ready, ChildForked, ZygoteStarted, ForkRefused, ChildExited)
+#: what the controller of a test child may receive
+FROM_CHILD = (Files, Phase, Report, WarningRecorded, Terminal, Junit, NotRun, InternalError, Interrupted, Finished)
+#: what a test child may be sent
+TO_CHILD = (Prepare, Run)
+#: every message of isolation
+ALL = tuple(dict.fromkeys((*TO_ROOT, *TO_ZYGOTE, *FROM_ZYGOTE, *FROM_CHILD, *TO_CHILD)))
 #: what the pytest process reads from the root: it waits for one of them at a time (a zygote's start or exit)
 FROM_ROOT = Accepts(ZygoteStarted, ChildExited)
 #: what a test child reads, in this order: its item, then the go-ahead
-CHILD_ACCEPTS = Accepts(Prepare, Run)
+CHILD_ACCEPTS = Accepts(*TO_CHILD)

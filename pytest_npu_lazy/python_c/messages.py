@@ -92,7 +92,10 @@ class Exited:
 
 
 #: every message of run_python's control channel; the zygote accepts those it has ``on_<kind>`` handlers for
-ALL = (Run, Shutdown, Ready)
+#: what a run_python zygote may be sent (its server accepts, of these, the kinds it has handlers for)
+TO_ZYGOTE = (Run, Shutdown)
+#: every message of run_python's zygotes (the zygote's Ready travels the other way, waited for in order)
+ALL = (*TO_ZYGOTE, Ready)
 #: what the caller reads from the zygote: Ready on the control channel
 FROM_ZYGOTE = Accepts(Ready)
 #: what a call's socket carries each way: the caller may say Kill; the zygote says how the child exited

@@ -43,7 +43,7 @@ class _Call:
 class ZygoteServer(ForkServer):
     """Forks a child per :class:`~.messages.Run`; each call's socket says Kill, or that its caller went away."""
 
-    MESSAGES = messages.ALL
+    MESSAGES = messages.TO_ZYGOTE
     NAME = "run_python zygote"
 
     def __init__(self, control: Channel, context: ChildContext) -> None:

@@ -62,20 +62,45 @@ def test_kinds_are_unique_and_every_kind_is_accepted_somewhere():
     assert len(kinds) == len(set(kinds))
     assert set(messages.ALL) == set(ALL), "messages.ALL is every message of the module"
     accepted = {kind for accepts in FIXED_ORDER.values() for kind in accepts.types}
-    accepted |= {kind for endpoint in _endpoints() for kind in Accepts.handled_by(endpoint, *messages.ALL).types}
+    accepted |= {kind for endpoint in _endpoints() for kind in Accepts.handled_by(endpoint, *_direction(endpoint)).types}
     assert accepted == set(kinds)
+
+
+def _direction(endpoint) -> tuple:
+    """The messages that may travel to an endpoint: one list per direction (messages.py)."""
+    from pytest_npu_lazy.isolation.pytest_side.controller import ChildRun
+    from pytest_npu_lazy.isolation.pytest_side.pool import ZygoteHandle
+    from pytest_npu_lazy.isolation.zygote_side.server import RootServer
+
+    return (messages.TO_ROOT if endpoint is RootServer else messages.FROM_ZYGOTE if endpoint is ZygoteHandle
+            else messages.FROM_CHILD if endpoint is ChildRun else messages.TO_ZYGOTE)
 
 
 @pytest.mark.parametrize("endpoint", list(_endpoints()), ids=lambda cls: cls.__name__)
 def test_each_endpoint_accepts_exactly_the_kinds_it_has_handlers_for(endpoint):
-    assert set(Accepts.handled_by(endpoint, *messages.ALL).types) == _endpoints()[endpoint]
+    assert set(Accepts.handled_by(endpoint, *_direction(endpoint)).types) == _endpoints()[endpoint]
+    assert endpoint.MESSAGES == _direction(endpoint) if hasattr(endpoint, "MESSAGES") else True
+
+
+def test_a_handler_for_a_message_of_the_other_direction_is_refused():
+    """A zygote server with a handler for Ready, which only ever travels from a zygote to the pytest process:
+    checked against all messages it would pass; against its direction's list it is refused when set up."""
+    from pytest_npu_lazy.isolation.zygote_side.server import ZygoteServer
+
+    class Confused(ZygoteServer):
+        def on_ready(self, message, fds): ...
+
+    Accepts.handled_by(Confused, *messages.ALL)  # what one list for both directions let through
+    with pytest.raises(TypeError, match=r"Confused has handlers for no message it may receive: \['on_ready'\]"):
+        Accepts.handled_by(Confused, *Confused.MESSAGES)
 
 
 def test_run_pythons_zygote_accepts_run_and_shutdown_and_nothing_else():
     from pytest_npu_lazy.python_c import messages as python_c_messages
     from pytest_npu_lazy.python_c.zygote import ZygoteServer
 
-    assert set(Accepts.handled_by(ZygoteServer, *python_c_messages.ALL).types) == {"run", "shutdown"}
+    assert set(Accepts.handled_by(ZygoteServer, *python_c_messages.TO_ZYGOTE).types) == {"run", "shutdown"}
+    assert ZygoteServer.MESSAGES == python_c_messages.TO_ZYGOTE
 
 
 def test_a_handler_for_no_known_message_is_refused_by_name():
@@ -96,7 +121,7 @@ def test_a_message_without_a_handler_is_refused_as_unexpected(pair):
     ours, theirs = pair
     send(ours, messages.StartModuleZygote("key", {}, {}))
     with pytest.raises(ProtocolError, match="unexpected message 'start_module_zygote'; this end accepts"):
-        Accepts.handled_by(ModuleZygoteServer, *messages.ALL).receive(theirs, timeout=5)
+        Accepts.handled_by(ModuleZygoteServer, *messages.TO_ZYGOTE).receive(theirs, timeout=5)
 
 
 def test_the_docstring_names_every_message():

@@ -170,7 +170,7 @@ class ChildRun:
     def _relay(self) -> None:
         deadline = None if self.settings.timeout is None else time.monotonic() + self.settings.timeout
         channel = self.child.channel
-        accepts = Accepts.handled_by(self, *messages.ALL)
+        accepts = Accepts.handled_by(self, *messages.FROM_CHILD)
         while True:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:

@@ -110,7 +110,7 @@ class ZygoteHandle:
 
     def _pump(self, timeout: float | None) -> ChildHandle | None:
         try:
-            message, fds = Accepts.handled_by(self, *messages.ALL).receive(self.channel, timeout)
+            message, fds = Accepts.handled_by(self, *messages.FROM_ZYGOTE).receive(self.channel, timeout)
         except ChannelClosed as exc:  # a ProtocolError too: nothing it says can be trusted after that
             self.dead = True
             why = f": {exc}" if isinstance(exc, ProtocolError) else ""

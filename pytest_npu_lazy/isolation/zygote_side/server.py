@@ -36,7 +36,7 @@ from .module_collection import ModuleCollection
 class _IsolationServer(ForkServer):
     """What the root and every zygote share: a title, no Ctrl-C of their own, and an exit reported upstream."""
 
-    MESSAGES = messages.ALL  # each server accepts the kinds it has handlers for
+    MESSAGES = messages.TO_ZYGOTE  # each server accepts, of these, the kinds it has handlers for
     NAME = "zygote server"
 
     def __init__(self, channel: Channel, session, title: tuple[str, str]) -> None:
@@ -89,6 +89,7 @@ class RootServer(_IsolationServer):
     """Forks one zygote per preload baseline; lets a zygote end its own children (SIGTERM) when it ends."""
 
     CHILD_STOP_SIGNAL = signal.SIGTERM
+    MESSAGES = messages.TO_ROOT
 
     def on_start_zygote(self, message: messages.StartZygote, fds) -> None:
         baseline = Baseline.from_dict(message.baseline)
