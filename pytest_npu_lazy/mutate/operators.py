@@ -72,12 +72,16 @@ class Mutant:
     line: int
     operator: str
     description: str  #: the edit, as a reviewer would read it: ``if x:`` -> ``if not (x):``
+    col: int = 0  #: the column the id names
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "Mutant":
+        if "col" not in data:  # a record written before the column was kept: its id names it
+            column = data["id"].split(":")[2]
+            data = {**data, "col": int(column) if column.isdigit() else 0}
         return cls(**data)
 
 
@@ -410,7 +414,7 @@ def _catalogue(source: str, module: str, targets: set[str]) -> list[tuple[Mutant
             ident = f"{base}#{k}"
         seen.add(ident)
         catalogue.append((Mutant(ident, module, site.function, site.target, site.line, site.operator,
-                                 site.description), site))
+                                 site.description, site.col), site))
     return catalogue
 
 

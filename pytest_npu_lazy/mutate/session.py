@@ -239,8 +239,7 @@ class MutationPass:
         modules = list(self.config.targets)
         mutant = result.mutant
         rank = modules.index(mutant.module) if mutant.module in modules else len(modules)
-        col = mutant.id.split(":")[2]
-        return rank, mutant.line, int(col) if col.isdigit() else 0, mutant.id
+        return rank, mutant.line, mutant.col, mutant.id
 
     def run_one(self, mutant: operators.Mutant, coverage: CoverageMap, killers: dict[str, list[str]]) -> MutantResult:
         selected = coverage.tests_for(mutant.module, mutant.function)
