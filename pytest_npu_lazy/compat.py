@@ -20,8 +20,9 @@ every caller.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -138,6 +139,21 @@ def warm_warning_filters(config: pytest.Config) -> None:
 
     with warnings.catch_warnings():
         apply_warning_filters(config.getini("filterwarnings"), config.known_args_namespace.pythonwarnings or [])
+
+
+@contextlib.contextmanager
+def warning_filters_of(config: pytest.Config) -> Iterator[None]:
+    """The ``filterwarnings`` and ``-W`` filters in force, as during a test, for what runs inside (a zygote's
+    preload: a warning the plugin hides, with its reason in the header, is hidden there too, instead of being
+    printed and reported as the preload's output). Checked: pytest 8.0.0-9.2.0
+    (``_pytest.config.apply_warning_filters``)."""
+    import warnings
+
+    from _pytest.config import apply_warning_filters
+
+    with warnings.catch_warnings():
+        apply_warning_filters(config.getini("filterwarnings"), config.known_args_namespace.pythonwarnings or [])
+        yield
 
 
 def filter_warning(config: pytest.Config, message: Warning, filename: str) -> list:

@@ -111,7 +111,7 @@ class ForkServer:
             except ProtocolError as exc:
                 print(f"pytest-npu-lazy: a {self.NAME} got {exc}; it ends", file=sys.stderr)
                 self.terminate(exit_code=EXIT_PROTOCOL_ERROR)
-            except ChannelClosed:
+            except (ChannelClosed, ConnectionError):  # BrokenPipeError, ConnectionResetError: writing to it
                 self.terminate()  # the caller is gone or done with us: a normal end
             except OSError as exc:  # a fork refused (EAGAIN, ENOMEM), a descriptor gone: not a normal end
                 print(f"pytest-npu-lazy: a {self.NAME} failed: {type(exc).__name__}: {exc}; it ends",

@@ -16,6 +16,7 @@ import tempfile
 import traceback
 from typing import Iterator
 
+from .. import compat
 from ..probe.recorder import RECORDER
 from .logs import existing_loggers, quiet_preload_loggers
 
@@ -29,7 +30,8 @@ def import_preload(preload, config, capture: bool) -> tuple[str | None, str]:
     """
     RECORDER.set_phase("preload")
     loggers = existing_loggers()
-    with (_captured_output() if capture else contextlib.nullcontext(None)) as output:
+    filters = compat.warning_filters_of(config) if config is not None else contextlib.nullcontext()
+    with (_captured_output() if capture else contextlib.nullcontext(None)) as output, filters:
         error = None
         for module in preload:
             try:

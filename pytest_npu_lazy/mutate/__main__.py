@@ -136,12 +136,13 @@ def _main(argv: list[str] | None) -> int:
         def partial(results):
             """After each mutant: the record so far, with the time spent so far, so an interrupted run resumes."""
             if args.json:
-                spent = earlier.get("wall_seconds", 0) + time.monotonic() - session.started
+                spent = earlier.get("wall_seconds", 0) + time.monotonic() - started
                 prov = report.provenance(command.strip(), config.root, spent, session.coverage_map, earlier,
                                          session.digests)
                 report.write_json(args.json, results, {**prov, "partial": True})
 
         session.rejudge(list(recorded.values()))  # in place: the verdicts as mutation.toml says them now
+        started = time.monotonic()  # what partial() counts from: set before the pass, not by it
         results, coverage, seconds = session.run(recorded, partial)
     except (ConfigError, BaselineFailed) as error:
         print(f"pytest_npu_lazy.mutate: {error}", file=sys.stderr)

@@ -10,11 +10,9 @@ would "catch" everything, so the pass stops there and names the failures.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from . import operators
@@ -22,13 +20,9 @@ from .config import Config, ConfigError, digest, locate_source
 from .status import VERDICTS, Status
 from .hook import Plan
 from .runs import SuiteRun, become_subreaper, run_suite
-from .selection import CoverageMap, attribute, map_key
+from .coverage_pass import BaselineFailed, take_coverage  # noqa: F401 - BaselineFailed: the pass raises it
+from .selection import CoverageMap
 
-CACHE_DIR = ".npu-lazy-mutate"
-
-
-class BaselineFailed(Exception):
-    """The suite fails without any mutant; the message names the tests."""
 
 
 @dataclass
@@ -163,38 +157,8 @@ class MutationPass:
 
     # -- coverage ------------------------------------------------------------
     def coverage(self) -> CoverageMap:
-        test_files = sorted(p for t in self.tests for p in _python_files(self.config.root / t.split("::")[0]))
-        key = map_key(self.sources, test_files, json.dumps(self.config.targets, sort_keys=True),
-                      self.config.pytest_args + self.tests)
-        cache = self.config.root / CACHE_DIR / f"coverage-{key}.json"
-        if cache.exists() and not self.options.retake_coverage:
-            self.progress(f"coverage: reusing {cache.relative_to(self.config.root)} (sources and tests unchanged)")
-            return CoverageMap.from_dict(json.loads(cache.read_text()))
-        self.progress(f"coverage: running {' '.join(self.tests)} once, serially, with every target function "
-                      "instrumented ...")
-        run = run_suite(self.config, Plan("trace", self.config.targets), self.tests, ["-p", "no:xdist"],
-                        wall=max(self.config.mutant_timeout, 3600))
-        if run.returncode not in (0,) or run.failures:
-            failed = sorted({f["nodeid"] for f in run.failures})
-            raise BaselineFailed(
-                f"the suite does not pass without a mutant (pytest exit {run.returncode}; failed: "
-                f"{', '.join(failed) or 'none reported'}), so no mutant could be judged. Fix the suite or deselect "
-                f"those tests (config [run] tests / pytest_args). Last output:\n{run.output_tail}")
-        spans: dict[str, dict] = {}  # a test may log start and finish more than once (isolated: relayed)
-        for window in run.windows:
-            span = spans.setdefault(window["nodeid"], dict(window))
-            span["start"], span["end"] = min(span["start"], window["start"]), max(span["end"], window["end"])
-        windows = sorted(spans.values(), key=lambda w: w["start"])
-        by_function, outside = attribute(windows, run.hits)
-        tests = [w["nodeid"] for w in windows]
-        durations = {w["nodeid"]: round(w["end"] - w["start"], 3) for w in windows}
-        coverage = CoverageMap(key, tests, by_function, sorted(outside), round(run.seconds, 1), durations)
-        cache.parent.mkdir(exist_ok=True)
-        (cache.parent / ".gitignore").write_text("*\n")
-        cache.write_text(json.dumps(coverage.to_dict(), indent=1))
-        self.progress(f"coverage: {len(tests)} tests in {run.seconds:.0f} s; {len(by_function)} target functions "
-                      f"run inside tests, {len(outside)} also outside them (at import, in zygotes)")
-        return coverage
+        """Which tests run each target function (coverage_pass.py), cached until sources, tests or options change."""
+        return take_coverage(self.config, self.tests, self.sources, self.options.retake_coverage, self.progress)
 
     # -- running -------------------------------------------------------------
     def run(self, recorded: dict[str, MutantResult] | None = None,
@@ -202,7 +166,7 @@ class MutationPass:
             ) -> tuple[list[MutantResult], CoverageMap, float]:
         """Run every mutant not already in ``recorded`` (those named by --only run again);
         ``on_result`` gets the results so far, in generation order, after each mutant."""
-        started = self.started = time.monotonic()
+        started = time.monotonic()
         mutants = self.mutants()
         coverage = self.coverage_map = self.coverage()
         recorded = dict(recorded or {})
@@ -346,12 +310,6 @@ class MutationPass:
 def _within(mutant: operators.Mutant, name: str) -> bool:
     """Whether the mutant lies in the function ``name`` (a qualified name), or in a function nested in it."""
     return mutant.function == name or mutant.function.startswith(name + ".")
-
-
-def _python_files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    return [p for p in path.rglob("*.py") if "__pycache__" not in p.parts]
 
 
 def log(text: str) -> None:

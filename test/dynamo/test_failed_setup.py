@@ -89,7 +89,8 @@ def _why_it_fails(backend: str) -> str | None:
 def test_a_backend_that_fails_to_load_is_not_recorded_and_is_tried_again(npu_lazy, monkeypatch, backend):
     cause = _why_it_fails(backend)
     if cause is None:
-        pytest.skip(f"the {backend} backend can load here: its failure cannot be made real")
+        pytest.skip(f"needs a machine where the {backend} backend cannot load: here it can, so its failure cannot "
+                    "be made real")
     monkeypatch.setenv(VAR, backend)
     first = _compile_and_call()
     assert first != "ok", f"TORCHINDUCTOR_NPU_BACKEND={backend} compiled although {cause}"

@@ -236,3 +236,36 @@ def test_a_fork_server_that_fails_exits_non_zero_saying_what_happened(tmp_path):
 
     assert done.returncode == EXIT_OS_ERROR, (done.returncode, done.stderr)
     assert "a test server failed: BlockingIOError" in done.stderr
+
+
+def test_a_fork_server_whose_caller_is_gone_ends_quietly_with_status_0():
+    """A broken pipe to the caller (it closed its end while the server reported a child's exit) is the caller
+    gone: the normal end of a fork server, with nothing on stderr (a terminal-parity run caught the noise)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent('''
+        import os
+        from pytest_npu_lazy.forks.channel import Channel
+        from pytest_npu_lazy.forks.server import ForkServer
+        from pytest_npu_lazy.isolation.messages import Shutdown
+
+        class Reporting(ForkServer):
+            MESSAGES = (Shutdown,)
+
+            def side_channels(self):
+                return {self.probe: "probe"}
+
+            def side_readable(self, key):
+                raise BrokenPipeError(32, "Broken pipe")
+
+        ours, theirs = Channel.pair()
+        server = Reporting(theirs)
+        read_end, write_end = os.pipe()
+        os.write(write_end, b"x")
+        server.probe = read_end
+        server.serve()
+    ''')
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (0, "")
