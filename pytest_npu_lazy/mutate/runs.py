@@ -32,6 +32,8 @@ SITE_DIR = Path(__file__).with_name("site")
 #: pins. The kernel caches are used: keyed by the generated source itself, a mutant that changes a kernel changes
 #: its key, and one that does not may reuse it.
 GRAPH_CACHES = "cold"
+#: what pytest says of a plugin imported before it could be rewritten (the start of its message)
+REWRITE_WARNING = "Module already imported so cannot be rewritten; pytest_npu_lazy"
 
 
 @dataclass
@@ -74,6 +76,10 @@ def run_suite(config: Config, plan: Plan, tests: list[str], extra_args: list[str
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env.update(inductor_cache.cold_key_tag(env, owner="mutant"))
         command = [python, "-m", "pytest", "-p", "pytest_npu_lazy.mutate.pytest_plugin", "-p", "no:cacheprovider",
+                   # the mutation hook imports this package as the interpreter starts (site/sitecustomize.py),
+                   # before pytest can mark the plugin for assertion rewriting, which it then says in a warning
+                   # per process; the plugin has no assert for a test to read
+                   "-W", f"ignore:{REWRITE_WARNING}:pytest.PytestAssertRewriteWarning",
                    "-p", "no:randomly", "-q", "--no-header", "-o", "console_output_style=classic",
                    f"--npu-lazy-timeout={config.test_timeout:g}", *config.pytest_args, *extra_args, *tests]
         output = os.path.join(work, "output.txt")
