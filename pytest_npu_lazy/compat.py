@@ -125,22 +125,6 @@ def add_lowest_warning_filter(config: pytest.Config, line: str) -> None:
     lines.insert(0, line)
 
 
-def warm_warning_filters(config: pytest.Config) -> None:
-    """Parse and compile the ``filterwarnings`` and ``-W`` filters once, in a process about to fork test children.
-
-    pytest applies them again for every test (``_pytest.config.apply_warning_filters``, checked on
-    8.0.0 and 9.2.0), compiling each pattern: in a forked child that dies after one test, every
-    compilation is a miss of ``re``'s cache, a millisecond per test. Done once before the fork, the
-    children find them cached.
-    """
-    import warnings
-
-    from _pytest.config import apply_warning_filters
-
-    with warnings.catch_warnings():
-        apply_warning_filters(config.getini("filterwarnings"), config.known_args_namespace.pythonwarnings or [])
-
-
 @contextlib.contextmanager
 def warning_filters_of(config: pytest.Config) -> Iterator[None]:
     """The ``filterwarnings`` and ``-W`` filters in force, as during a test, for what runs inside (a zygote's
@@ -154,6 +138,18 @@ def warning_filters_of(config: pytest.Config) -> Iterator[None]:
     with warnings.catch_warnings():
         apply_warning_filters(config.getini("filterwarnings"), config.known_args_namespace.pythonwarnings or [])
         yield
+
+
+def warm_warning_filters(config: pytest.Config) -> None:
+    """Parse and compile the ``filterwarnings`` and ``-W`` filters once, in a process about to fork test children.
+
+    pytest applies them again for every test (``_pytest.config.apply_warning_filters``, checked on
+    8.0.0 and 9.2.0), compiling each pattern: in a forked child that dies after one test, every
+    compilation is a miss of ``re``'s cache, a millisecond per test. Done once before the fork, the
+    children find them cached.
+    """
+    with warning_filters_of(config):
+        pass
 
 
 def filter_warning(config: pytest.Config, message: Warning, filename: str) -> list:

@@ -30,8 +30,8 @@ def import_preload(preload, config, capture: bool) -> tuple[str | None, str]:
     """
     RECORDER.set_phase("preload")
     loggers = existing_loggers()
-    filters = compat.warning_filters_of(config) if config is not None else contextlib.nullcontext()
-    with (_captured_output() if capture else contextlib.nullcontext(None)) as output, filters:
+    with (_captured_output() if capture else contextlib.nullcontext(None)) as output, \
+            compat.warning_filters_of(config):
         error = None
         for module in preload:
             try:

@@ -59,7 +59,7 @@ def score(results: list[MutantResult]) -> dict:
             "judged": judged, "score_pct": round(100.0 * caught / judged, 1) if judged else None}
 
 
-def _version(name: str) -> str:
+def installed_version(name: str) -> str:
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
@@ -83,8 +83,9 @@ def provenance(command: str, root: Path, seconds: float, coverage: CoverageMap, 
         first, then = earlier["command"], list(earlier.get("then", []))
         if command != first and command not in then:
             then.append(command)
-    return {"command": first, "then": then, "commit": _commit(root), "torch_npu": _version("torch-npu"),
-            "torch": _version("torch"), "python": platform.python_version(), "wall_seconds": round(seconds),
+    return {"command": first, "then": then, "commit": _commit(root), "torch_npu": installed_version("torch-npu"),
+            "torch": installed_version("torch"), "python": platform.python_version(),
+            "wall_seconds": round(seconds),
             "coverage_seconds": coverage.seconds, "tests": len(coverage.tests),
             "inductor_graph_caches": GRAPH_CACHES,  # in every run since it was recorded
             "sources": dict(sources or (earlier or {}).get("sources", {}))}  # config.digest of each mutated module
@@ -124,9 +125,6 @@ def write_text(path: Path, text: str) -> None:
 
     write_atomically(path, text)
 
-
-def installed_version(distribution: str) -> str | None:
-    return _version(distribution)
 
 
 def portable(text: str) -> str:

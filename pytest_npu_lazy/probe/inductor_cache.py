@@ -112,14 +112,12 @@ def apply(policy: str, run_directory: str | None, environ=os.environ) -> dict[st
         changes = {CACHE_DIR_ENV: tempfile.mkdtemp(prefix="test-", dir=run_directory)}
     elif policy == "cold":
         changes = {CACHE_DIR_ENV: os.path.join(run_directory, "run"), **cold_key_tag(environ)}
+        module_name, attribute = CACHE_KEY_TAG_CONFIG
+        if sys.modules.get(module_name) is not None:
+            setattr(sys.modules[module_name], attribute, changes[CACHE_KEY_TAG_ENV])
     else:
         raise ValueError(f"unknown inductor cache policy {policy!r}; choose one of {', '.join(POLICIES)}")
     environ.update(changes)
-    if CACHE_KEY_TAG_ENV in changes:
-        module_name, attribute = CACHE_KEY_TAG_CONFIG
-        module = sys.modules.get(module_name)
-        if module is not None:
-            setattr(module, attribute, changes[CACHE_KEY_TAG_ENV])
     return changes
 
 

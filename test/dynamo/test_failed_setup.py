@@ -153,6 +153,21 @@ def test_a_default_backend_load_that_fails_is_not_recorded_and_succeeds_once_the
     npu_lazy.assert_loaded("torch_npu._inductor")
 
 
+def _fails_once(monkeypatch, owner, attribute: str, message: str) -> list:
+    """``owner.attribute`` replaced by a function that raises RuntimeError(message) at its first call and is the
+    original after; returns the list its calls are counted in."""
+    original, calls = getattr(owner, attribute), []
+
+    def fails_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError(message)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, attribute, fails_once)
+    return calls
+
+
 def test_an_inductor_setup_that_fails_after_registering_the_backend_is_not_recorded(npu_lazy, monkeypatch):
     """The backend loaded (the registry says so, rightly), the next set-up step failed: the Inductor set-up as a
     whole is not done, and the retry does what is left without loading the backend again."""
@@ -160,15 +175,8 @@ def test_an_inductor_setup_that_fails_after_registering_the_backend_is_not_recor
     from torch_npu.utils import _dynamo
 
     monkeypatch.delenv(VAR, raising=False)
-    original, calls = graph_tree._apply_npugraph_tree_methods, []
-
-    def fails_once():
-        calls.append(1)
-        if len(calls) == 1:
-            raise RuntimeError("injected: the npugraph tree methods could not be applied")
-        return original()
-
-    monkeypatch.setattr(graph_tree, "_apply_npugraph_tree_methods", fails_once)
+    calls = _fails_once(monkeypatch, graph_tree, "_apply_npugraph_tree_methods",
+                        "injected: the npugraph tree methods could not be applied")
     assert "injected" in _compile_and_call()
     assert _registry_state() == {**_set_up("default"), "_lazy_inductor_setup.has_run": False}
     loads = []
@@ -197,16 +205,8 @@ def test_a_dynamo_setup_step_that_fails_is_not_recorded_and_is_run_again(npu_laz
     from torch_npu.utils import _dynamo
 
     module_name, attribute = DYNAMO_STEPS[step]
-    module = importlib.import_module(module_name)
-    original, calls = getattr(module, attribute), []
-
-    def fails_once(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 1:
-            raise RuntimeError(f"injected: the {step} step failed")
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(module, attribute, fails_once)
+    calls = _fails_once(monkeypatch, importlib.import_module(module_name), attribute,
+                        f"injected: the {step} step failed")
     with pytest.raises(RuntimeError, match=f"injected: the {step} step failed"):
         _dynamo._lazy_dynamo_setup()
     assert step not in _dynamo._COMPLETED_DYNAMO_SETUP_STEPS, f"the {step} step failed and is recorded as done"
@@ -225,15 +225,7 @@ def test_a_dynamo_import_whose_setup_failed_cannot_be_imported_again_in_that_pro
     import torch_npu.utils._dynamo as npu_dynamo
 
     assert "torch._dynamo" not in sys.modules
-    original, calls = npu_dynamo.patch_builtin_variable, []
-
-    def fails_once():
-        calls.append(1)
-        if len(calls) == 1:
-            raise RuntimeError("injected: the builtin_variable step failed")
-        return original()
-
-    monkeypatch.setattr(npu_dynamo, "patch_builtin_variable", fails_once)
+    _fails_once(monkeypatch, npu_dynamo, "patch_builtin_variable", "injected: the builtin_variable step failed")
     with pytest.raises(RuntimeError, match="injected"):
         import torch._dynamo  # noqa: F401
     assert "torch._dynamo" not in sys.modules and not npu_dynamo._lazy_dynamo_setup.has_run

@@ -201,39 +201,45 @@ def test_a_malformed_message_is_a_protocol_error_and_its_descriptors_are_closed(
     os.close(read_end)
 
 
-def test_a_fork_server_that_fails_exits_non_zero_saying_what_happened(tmp_path):
-    """A failed fork (EAGAIN, ENOMEM) used to end the server with exit status 0, as a normal shutdown does."""
+#: a fork server whose one side channel, when read, raises the error named by the format field
+FAILING_SERVER = '''
+import os
+from pytest_npu_lazy.forks.channel import Channel
+from pytest_npu_lazy.forks.server import ForkServer
+from pytest_npu_lazy.isolation.messages import Shutdown
+
+class Failing(ForkServer):
+    NAME = "test server"
+    MESSAGES = (Shutdown,)
+
+    def side_channels(self):
+        return {{self.probe: "probe"}}
+
+    def side_readable(self, key):
+        raise {error}
+
+ours, theirs = Channel.pair()
+server = Failing(theirs)
+read_end, write_end = os.pipe()
+os.write(write_end, b"x")
+server.probe = read_end
+server.serve()
+'''
+
+
+def _serve_until(error: str):
     import subprocess
     import sys
-    import textwrap
 
-    script = textwrap.dedent('''
-        import os, sys
-        from pytest_npu_lazy.forks.channel import Channel
-        from pytest_npu_lazy.forks.server import ForkServer
+    return subprocess.run([sys.executable, "-c", FAILING_SERVER.format(error=error)], capture_output=True,
+                          text=True, timeout=60)
 
-        from pytest_npu_lazy.isolation.messages import Shutdown
 
-        class Failing(ForkServer):
-            NAME = "test server"
-            MESSAGES = (Shutdown,)
-
-            def side_channels(self):
-                return {self.probe: "probe"}
-
-            def side_readable(self, key):
-                raise BlockingIOError(11, "Resource temporarily unavailable (fork)")
-
-        ours, theirs = Channel.pair()
-        server = Failing(theirs)
-        read_end, write_end = os.pipe()
-        os.write(write_end, b"x")
-        server.probe = read_end
-        server.serve()
-    ''')
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+def test_a_fork_server_that_fails_exits_non_zero_saying_what_happened():
+    """A failed fork (EAGAIN, ENOMEM) used to end the server with exit status 0, as a normal shutdown does."""
     from pytest_npu_lazy.forks.server import EXIT_OS_ERROR
 
+    done = _serve_until('BlockingIOError(11, "Resource temporarily unavailable (fork)")')
     assert done.returncode == EXIT_OS_ERROR, (done.returncode, done.stderr)
     assert "a test server failed: BlockingIOError" in done.stderr
 
@@ -241,31 +247,5 @@ def test_a_fork_server_that_fails_exits_non_zero_saying_what_happened(tmp_path):
 def test_a_fork_server_whose_caller_is_gone_ends_quietly_with_status_0():
     """A broken pipe to the caller (it closed its end while the server reported a child's exit) is the caller
     gone: the normal end of a fork server, with nothing on stderr (a terminal-parity run caught the noise)."""
-    import subprocess
-    import sys
-    import textwrap
-
-    script = textwrap.dedent('''
-        import os
-        from pytest_npu_lazy.forks.channel import Channel
-        from pytest_npu_lazy.forks.server import ForkServer
-        from pytest_npu_lazy.isolation.messages import Shutdown
-
-        class Reporting(ForkServer):
-            MESSAGES = (Shutdown,)
-
-            def side_channels(self):
-                return {self.probe: "probe"}
-
-            def side_readable(self, key):
-                raise BrokenPipeError(32, "Broken pipe")
-
-        ours, theirs = Channel.pair()
-        server = Reporting(theirs)
-        read_end, write_end = os.pipe()
-        os.write(write_end, b"x")
-        server.probe = read_end
-        server.serve()
-    ''')
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    done = _serve_until('BrokenPipeError(32, "Broken pipe")')
     assert (done.returncode, done.stderr) == (0, "")
