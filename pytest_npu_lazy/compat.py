@@ -212,3 +212,18 @@ def patch_resolve_collection_argument(
         main.resolve_collection_argument = original
 
     return undo
+
+
+def read_stdin_under_capture(config: pytest.Config) -> str:
+    """All of standard input, read while pytest's global capture holds it: the capture manager's
+    ``suspend_global_capture(in_=True)``, as pytest's own debugger uses it, gives the real stdin back."""
+    import sys
+
+    capman = config.pluginmanager.getplugin("capturemanager")
+    if capman is None:
+        return sys.stdin.read()
+    capman.suspend_global_capture(in_=True)
+    try:
+        return sys.stdin.read()
+    finally:
+        capman.resume_global_capture()

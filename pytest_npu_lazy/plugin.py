@@ -14,10 +14,11 @@ import pytest
 from .probe import fixture as probe
 from .errors import NpuLazyError
 from .probe.recorder import RECORDER
-from .settings import MARKER_HELP, MarkerError, Resolver, add_options, cann_mode
+from .settings import MARKER_HELP, MarkerError, Resolver, add_options, cann_mode, map_settings
 
 _STATE_KEY = pytest.StashKey["_PluginState"]()
 _CANN_KEY = pytest.StashKey["CannStatus"]()
+_TRACER_KEY = pytest.StashKey["EvidenceTracer"]()
 
 
 class _PluginState:
@@ -43,6 +44,50 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     RECORDER.install(phase="pytest")
     _refuse_cuda_torch()
     _activate_cann(early_config)
+    if getattr(early_config.known_args_namespace, "npu_lazy_take_map", False):
+        _start_map_tracer(early_config)  # before conftests: what they import of torch_npu is measured too
+
+
+def _start_map_tracer(config: pytest.Config) -> None:
+    if _TRACER_KEY in config.stash:
+        return
+    from .selection.pytest_side import start_tracer
+    from .selection.sources import SelectionError
+
+    try:
+        config.stash[_TRACER_KEY] = start_tracer(tuple(config.getini("npu_lazy_map_packages")))
+    except SelectionError as exc:
+        raise pytest.UsageError(f"pytest-npu-lazy: {exc}") from None
+
+
+def _wire_selection(config: pytest.Config, reports: bool) -> None:
+    """Taking a selection map, or selecting by a change with one. ``reports``: this process reports the run
+    (not a spawned test child)."""
+    settings = map_settings(config)
+    controller = getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput")
+    if settings.take:
+        _start_map_tracer(config)  # loaded after the conftests (an ini file's -p, pytester)
+        from .selection.pytest_side import MapTaker, MapWriter
+
+        tracer = config.stash[_TRACER_KEY]
+        if controller:
+            tracer.coverage.stop()  # xdist's controller runs no test
+        else:
+            config.pluginmanager.register(MapTaker(tracer), "npu_lazy_map_taker")
+        if reports and not hasattr(config, "workerinput"):
+            config.pluginmanager.register(MapWriter(settings.path, settings.packages, list(config.invocation_params.args)),
+                                          "npu_lazy_map_writer")
+    if settings.changed is not None and reports:
+        from .selection.map import SelectionMap
+        from .selection.pytest_side import ChangeFilter, changes_for
+        from .selection.sources import SelectionError
+
+        try:
+            change_filter = ChangeFilter(config, changes_for(config, settings.changed),
+                                         SelectionMap.read(settings.path), settings.path, settings.ignore)
+        except SelectionError as exc:
+            raise pytest.UsageError(f"pytest-npu-lazy: {exc}") from None
+        config.pluginmanager.register(change_filter, "npu_lazy_change_filter")
 
 
 def _refuse_cuda_torch() -> None:
@@ -97,6 +142,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.add_cleanup(lambda: run_python_zygotes.deactivate(config))
     state = config.stash[_STATE_KEY] = _PluginState(config)
     fd = os.environ.pop(CHILD_FD_ENV, None)
+    _wire_selection(config, reports=fd is None)
     gate = NpuGate(cann) if fd is None else None
     config.pluginmanager.register(Reporter(config, state.resolver, cann, gate), "npu_lazy_reporter")
     if fd is not None:
@@ -151,6 +197,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     policy = config.stash[_STATE_KEY].resolver.inductor_cache  # said under --npu-lazy-isolate=off too: one header
     lines.append(f"npu_lazy: Inductor cache of isolated tests: {inductor_cache.describe(policy)}; tests run "
                  "in-process share the process's")
+    change_filter = config.pluginmanager.get_plugin("npu_lazy_change_filter")
+    if change_filter is not None:
+        lines.extend(change_filter.header())
+    if config.pluginmanager.get_plugin("npu_lazy_map_writer") is not None:
+        lines.append(f"npu_lazy: taking a selection map (lines of {', '.join(config.getini('npu_lazy_map_packages'))} "
+                     f"each test runs, measured by coverage.py) for {map_settings(config).path}")
     return lines
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,6 +47,12 @@ INI = {
                       "emulate (an emulated NPU: device paths run, kernels do not), compute (the emulated NPU "
                       "computes: eager ops by ATen's CPU kernels, Triton kernels interpreted) or off",
                       "string", "auto"),
+    "npu_lazy_map": ("the selection map --npu-lazy-take-map writes and --npu-lazy-changed reads, relative to the "
+                     "rootdir (default .npu-lazy-map.json)", "string", ".npu-lazy-map.json"),
+    "npu_lazy_map_packages": ("the packages a selection map follows line by line (default: torch_npu)", "linelist",
+                              ["torch_npu"]),
+    "npu_lazy_changed_ignore": ("paths (globs) of changed files no test can observe, left out of a change-driven "
+                                "selection (default: *.md, *.rst, docs/*)", "linelist", ["*.md", "*.rst", "docs/*"]),
     "npu_lazy_inductor_cache": ("the Inductor cache each isolated test starts with: cold (default: every graph "
                                 "lookup misses, kernels cached for this run), empty (an empty cache per test) or "
                                 "shared (the environment's)", "string", inductor_cache.DEFAULT),
@@ -57,6 +64,7 @@ ENV = {
     "cann": "PYTEST_NPU_LAZY_CANN",
     "module_zygotes": "PYTEST_NPU_LAZY_MODULE_ZYGOTES",
     "inductor_cache": "PYTEST_NPU_LAZY_INDUCTOR_CACHE",
+    "changed": "PYTEST_NPU_LAZY_CHANGED",
 }
 CANN_MODES = MODES  # the CANN package owns its modes
 
@@ -162,6 +170,17 @@ def add_options(parser: pytest.Parser) -> None:
                          "Inductor's graph caches misses, kernels are cached for this run only: each first call "
                          "compiles as on a cold cache), empty (an empty cache per test: kernels built too) or shared (the environment's, as a "
                          f"user's process has it); env {ENV['inductor_cache']}")
+    group.addoption("--npu-lazy-take-map", action="store_true", default=False,
+                    help="measure which lines of the watched packages (ini npu_lazy_map_packages) each test's phases "
+                         "run, and write the selection map (--npu-lazy-map) when the run ends")
+    group.addoption("--npu-lazy-map", default=None, metavar="PATH",
+                    help="the selection map to write or read (ini npu_lazy_map; default .npu-lazy-map.json in the "
+                         "rootdir)")
+    group.addoption("--npu-lazy-changed", default=None, metavar="CHANGE",
+                    help="run only the tests of the selection map that the change can affect, and those the map does "
+                         "not know: a git range (main..HEAD, origin/master...HEAD), a revision (against the working "
+                         "tree), a .diff/.patch file, - for a diff on stdin, @FILE listing changed files, or files "
+                         f"separated by commas; env {ENV['changed']}")
     for name, (help_text, kind, default) in INI.items():
         parser.addini(name, help_text, type=kind, default=default)
 
@@ -184,6 +203,37 @@ def cann_mode(early_config: pytest.Config) -> str:
         source = ENV["cann"] if os.environ.get(ENV["cann"]) == value else "ini npu_lazy_cann"
         raise pytest.UsageError(f"{source} = {value!r} is not valid; choose one of {', '.join(CANN_MODES)}.")
     return value
+
+
+@dataclass(frozen=True)
+class MapSettings:
+    """The selection map's settings: where it is, what it follows, and whether this run takes or uses it."""
+
+    path: Path
+    packages: tuple[str, ...]
+    ignore: tuple[str, ...]
+    take: bool
+    #: the change to select by (None: run what was collected)
+    changed: str | None
+
+
+def map_settings(config: pytest.Config) -> MapSettings:
+    """Resolved once, at configure; a take and a change in one run are refused (a map of part of a suite)."""
+    path = config.getoption("npu_lazy_map") or config.getini("npu_lazy_map")
+    changed = config.getoption("npu_lazy_changed")
+    if changed is None:
+        changed = os.environ.get(ENV["changed"]) or None
+    take = bool(config.getoption("npu_lazy_take_map"))
+    if take and changed is not None:
+        raise pytest.UsageError("--npu-lazy-take-map and --npu-lazy-changed cannot be combined: a map taken from "
+                                "the selected tests only would forget the others. Take the map in a full run, "
+                                f"then select with it (unset {ENV['changed']} for the full run).")
+    packages = tuple(config.getini("npu_lazy_map_packages"))
+    if not packages:
+        raise pytest.UsageError("ini npu_lazy_map_packages is empty: name the packages a selection map follows "
+                                "(e.g. torch_npu).")
+    return MapSettings(Path(str(config.rootpath)) / os.path.expanduser(path), packages,
+                       tuple(config.getini("npu_lazy_changed_ignore")), take, changed)
 
 
 _RESOLVED = pytest.StashKey["TestSettings | MarkerError"]()

@@ -170,6 +170,8 @@ class ImportRecorder:
         self._known_count = 0
         self._last_known: str | None = None
         self._load_hooks: dict[str, list[Callable[[str], None]]] = {}
+        #: told each new phase's name (the selection map cuts its line evidence there)
+        self.phase_listeners: list[Callable[[str], None]] = []
         self._original: Callable | None = None
 
     # -- installation -----------------------------------------------------
@@ -204,6 +206,8 @@ class ImportRecorder:
         """Switch phase; returns the previous one so callers can restore it."""
         self.sweep()
         previous, self.phase = self.phase, phase
+        for listener in self.phase_listeners:
+            listener(phase)
         return previous
 
     def sweep(self) -> None:

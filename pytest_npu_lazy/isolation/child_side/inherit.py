@@ -103,7 +103,7 @@ def save_coverage() -> str | None:
     coverage = sys.modules.get("coverage")
     current = getattr(getattr(coverage, "Coverage", None), "current", None)
     cov = current() if current is not None else None
-    if cov is None:
+    if cov is None or getattr(cov, "npu_lazy_in_memory", False):  # a selection map's: its data travels by report
         return None
     # coverage.py keeps the constructor's data_suffix only privately; its meaning is documented.
     suffix = getattr(cov, "_data_suffix_specified", None)
