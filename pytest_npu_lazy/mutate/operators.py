@@ -105,6 +105,33 @@ def _src(node: ast.AST) -> str:
     return text if len(text) <= 70 else text[:67] + "..."
 
 
+def _definitions(body: list, descend: Callable[[str], bool] = lambda qualname: True, path: tuple = (),
+                 prefix: str = "") -> Iterator[tuple[str, ast.AST, tuple]]:
+    """The functions and classes of a module's ``body`` and, in each class ``descend`` accepts, of the class's
+    body, as ``(qualified name, node, path from the module)``: ``f``, ``Class``, ``Class.method``, in source
+    order, a class before its members. Functions' own nested definitions are not among them: a target is named
+    as the configuration names it, a module-level function or class or a class's member.
+
+    The one place that says what a target name means: the walker that lists mutants, the coverage pass's
+    instrumentation and the check for names that name nothing must agree on it, or a mutant's function would
+    be covered under another name than it is reported under.
+    """
+    for index, stmt in enumerate(body):
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name, here = prefix + stmt.name, path + (("body", index),)
+            yield name, stmt, here
+            if isinstance(stmt, ast.ClassDef) and descend(name):
+                yield from _definitions(stmt.body, descend, here, name + ".")
+
+
+def _targets(body: list, targets: set[str]) -> Iterator[tuple[str, ast.AST, tuple]]:
+    """The definitions :func:`_definitions` finds that ``targets`` names; a named class is one target, whole
+    (its members are not looked at for names of their own)."""
+    for name, stmt, path in _definitions(body, lambda qualname: qualname not in targets):
+        if name in targets:
+            yield name, stmt, path
+
+
 def _is_docstring(stmt: ast.stmt, body: list, index: int) -> bool:
     return index == 0 and isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) \
         and isinstance(stmt.value.value, str)
@@ -124,17 +151,8 @@ class _Walker:
     def walk_module(self, tree: ast.Module) -> None:
         if MODULE_LEVEL in self.targets:
             self._body(tree.body, ("body",), (), MODULE_LEVEL, MODULE_LEVEL, top_level=True)
-        self._find_targets(tree.body, ("body",), ())
-
-    def _find_targets(self, body: list, field: tuple, path: tuple, prefix: str = "") -> None:
-        for index, stmt in enumerate(body):
-            here = path + ((field[0], index),)
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                name = prefix + stmt.name
-                if name in self.targets:
-                    self._definition(stmt, here, name, name)
-                elif isinstance(stmt, ast.ClassDef):
-                    self._find_targets(stmt.body, ("body",), here, prefix=name + ".")
+        for name, stmt, path in _targets(tree.body, self.targets):
+            self._definition(stmt, path, name, name)
 
     def _definition(self, node: ast.AST, path: tuple, qualname: str, target: str) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -389,17 +407,7 @@ def _mutant_id(module: str, site: _Site) -> str:
 
 def unknown_targets(source: str, targets: set[str]) -> set[str]:
     """Target names that name no function, class or method of the source (a typo in the configuration)."""
-    tree = ast.parse(source)
-    found = {MODULE_LEVEL}
-
-    def visit(body, prefix=""):
-        for stmt in body:
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                found.add(prefix + stmt.name)
-                if isinstance(stmt, ast.ClassDef):
-                    visit(stmt.body, prefix + stmt.name + ".")
-
-    visit(tree.body)
+    found = {MODULE_LEVEL} | {name for name, _, _ in _definitions(ast.parse(source).body)}
     return set(targets) - found
 
 
@@ -508,9 +516,8 @@ def instrument(source: str, module: str, targets: set[str]) -> ast.Module:
         for stmt in _nested_definitions(node):
             visit(stmt, inner + stmt.name)
 
-    for stmt in tree.body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            _visit_targets(stmt, stmt.name, targets, visit)
+    for name, stmt, _ in list(_targets(tree.body, targets)):  # listed first: visit() edits the bodies
+        visit(stmt, name)
     position = 0
     while position < len(tree.body) and (_is_docstring(tree.body[position], tree.body, position) or (
             isinstance(tree.body[position], ast.ImportFrom) and tree.body[position].module == "__future__")):
@@ -518,15 +525,6 @@ def instrument(source: str, module: str, targets: set[str]) -> ast.Module:
     tree.body[position:position] = [
         ast.ImportFrom("pytest_npu_lazy.mutate.trace", [ast.alias("hit", HIT_FUNCTION)], 0), hit(f"{module}:{MODULE_LEVEL}")]
     return ast.fix_missing_locations(tree)
-
-
-def _visit_targets(stmt, qualname: str, targets: set[str], visit) -> None:
-    if qualname in targets:
-        visit(stmt, qualname)
-    elif isinstance(stmt, ast.ClassDef):
-        for inner in stmt.body:
-            if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                _visit_targets(inner, f"{qualname}.{inner.name}", targets, visit)
 
 
 def _nested_definitions(node: ast.AST) -> Iterator[ast.AST]:
