@@ -31,6 +31,8 @@ from collections import deque
 from dataclasses import fields
 from typing import Any, NamedTuple
 
+from .processes import close_fd
+
 _HEADER = struct.Struct("!II")  # payload length, number of fds
 _MAX_FDS = 16
 _HANDLED: dict[tuple[type, tuple[type, ...]], "Accepts"] = {}  # what an endpoint class accepts, derived once
@@ -152,7 +154,7 @@ class Channel:
         except OSError:
             pass
         while self._fds:
-            _close_fd(self._fds.popleft())
+            close_fd(self._fds.popleft())
 
 
 def send(channel: Channel, message: Any, fds: list[int] | tuple[int, ...] = ()) -> None:
@@ -209,7 +211,7 @@ class Accepts:
         cls = self.types.get(raw.kind)
         if cls is None:
             for fd in raw.fds:
-                _close_fd(fd)
+                close_fd(fd)
             raise ProtocolError(f"unexpected message {raw.kind!r}; this end accepts {', '.join(self.types)}")
         try:
             return cls(**raw.payload), raw.fds
@@ -224,13 +226,6 @@ def _wait_readable(sock: socket.socket, timeout: float) -> bool:
             return bool(readable)
         except InterruptedError:  # pragma: no cover - PEP 475 retries for us
             continue
-
-
-def _close_fd(fd: int) -> None:
-    try:
-        os.close(fd)
-    except OSError:
-        pass
 
 
 def describe_status(status: int | None) -> str:

@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from typing import Iterator
 
 _PR_SET_PDEATHSIG = 1
@@ -107,6 +108,50 @@ def wait_or_kill_group(process, grace: float, pgid: int) -> None:
     except subprocess.TimeoutExpired:
         kill_group(pgid, signal.SIGKILL)
         process.wait()
+
+
+def wait_or_kill(pid: int, grace: float = 5.0) -> None:
+    """Give a forked child (not a ``Popen``) that was told to end ``grace`` seconds, then kill it and its group
+    and reap it: the pytest process's root zygote must not outlive the session."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if done:
+            return
+        time.sleep(0.01)
+    kill_group(pid, signal.SIGKILL)
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+def wait_status(returncode: int) -> int:
+    """The ``os.waitpid`` status a ``Popen.returncode`` stands for (``-N``: killed by signal N), so a spawned
+    process's end is described and reported as a forked one's is (:func:`~.channel.describe_status`)."""
+    return -returncode if returncode < 0 else returncode << 8
+
+
+def close_fd(fd: int) -> None:
+    """Close a descriptor that may already be closed: one received, inherited or handed on, whose owner is
+    unclear once an error cut a conversation short; a second close must not raise over the first error."""
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+
+
+def threads_warning(who: str, threads: list[str]) -> str | None:
+    """What to tell a person when a process that forks children has threads besides the main one (None when
+    it has none): a fork copies only the forking thread, so the children lack them and keep their locks held."""
+    if not threads:
+        return None
+    return (f"{who} has {len(threads)} Python thread(s) besides the main one ({', '.join(threads)}) after its "
+            "preload; forked children get none of them, and locks those threads held stay locked in the children.")
 
 
 def _exited(pid: int) -> bool:

@@ -33,7 +33,7 @@ from pathlib import Path
 from .env import as_started, compatible, relative_pythonpath, startup_changes
 from . import messages
 from ..errors import NpuLazyWarning, RunPythonError
-from ..forks.processes import wait_or_kill_group
+from ..forks.processes import threads_warning, wait_or_kill_group, wait_status
 from ..forks.channel import Channel, ChannelClosed, describe_status
 from ..forks.server import READY_TIMEOUT
 
@@ -130,7 +130,7 @@ def _wait_ready(zygote: Zygote, err) -> tuple[messages.Ready | None, str | None]
         zygote.process.wait()
         err.seek(0)
         stderr = err.read().decode("utf-8", "replace").strip()
-        return None, (f"{label} ended with {describe_status(_wait_status(zygote.process.returncode))} "
+        return None, (f"{label} ended with {describe_status(wait_status(zygote.process.returncode))} "
                       f"before its preload finished" + (f":\n{stderr}" if stderr else ""))
     if ready is None:
         return None, f"{label} did not finish its preload within {READY_TIMEOUT:.0f} s"
@@ -139,10 +139,6 @@ def _wait_ready(zygote: Zygote, err) -> tuple[messages.Ready | None, str | None]
     if ready.hazard:
         return ready, f"{label} cannot fork: {ready.hazard}"
     return ready, None
-
-
-def _wait_status(returncode: int) -> int:
-    return -returncode if returncode < 0 else returncode << 8
 
 
 class Pool:
@@ -173,11 +169,9 @@ class Pool:
             for stale in self._evict_for_one_more():
                 stale.stop()
             self.zygotes.append(zygote)
-            threads = zygote.ready.threads if zygote.ready else []
+            threads = threads_warning(f"the {zygote.label}", zygote.ready.threads if zygote.ready else [])
             if threads:
-                self.warn(f"the {zygote.label} has {len(threads)} Python thread(s) besides the main one after its "
-                          f"preload ({', '.join(threads)}); forked children get none of them, and locks those "
-                          "threads held stay locked in the children.")
+                self.warn(threads)
             return zygote
 
     def _evict_for_one_more(self) -> list[Zygote]:
@@ -243,6 +237,6 @@ def active() -> Pool | None:
 
 def error_for_dead(zygote: Zygote) -> RunPythonError:
     status = zygote.process.poll()
-    how = "is still running" if status is None else f"ended with {describe_status(_wait_status(status))}"
+    how = "is still running" if status is None else f"ended with {describe_status(wait_status(status))}"
     return RunPythonError(f"the {zygote.label} stopped answering while it ran this call (it {how}); "
                           "the call's result is unknown. The next call starts a new zygote.")

@@ -151,7 +151,7 @@ def test_threads_left_by_the_preload_are_named(modules_dir):
     folder, env = modules_dir
     (folder / "spawns_thread.py").write_text(
         "import threading, time\nthreading.Thread(target=time.sleep, args=(600,), name='uploader', daemon=True).start()\n")
-    with pytest.warns(NpuLazyWarning, match=r"1 Python thread\(s\) besides the main one after its preload \(uploader\)"):
+    with pytest.warns(NpuLazyWarning, match=r"1 Python thread\(s\) besides the main one \(uploader\) after its preload"):
         assert run_python("print(1)", env=env, preload=["spawns_thread"]).stdout == "1\n"
 
 

@@ -14,7 +14,6 @@ for a socket message, not for a fork.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import time
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from typing import Callable
 
 from ...errors import ZygoteError
 from ...forks.channel import Accepts, Channel, ChannelClosed, ProtocolError, describe_status, send
-from ...forks.processes import kill_group
+from ...forks.processes import wait_or_kill
 from ...forks.server import READY_TIMEOUT, run_forked
 from ...settings import Baseline
 from .. import messages
@@ -439,23 +438,6 @@ class ZygotePool:
             self._root.close()
             self._root = None
         if self.root_pid is not None:
-            _wait_or_kill(self.root_pid)
+            wait_or_kill(self.root_pid)
             self.root_pid = None
 
-
-def _wait_or_kill(pid: int, grace: float = 5.0) -> None:
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if done:
-            return
-        time.sleep(0.01)
-    kill_group(pid, signal.SIGKILL)
-    try:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    except (ProcessLookupError, ChildProcessError):
-        pass

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 
 from ...forks.channel import Channel, send
-from ...forks.processes import wait_or_kill_group
+from ...forks.processes import wait_or_kill_group, wait_status
 from ...settings import TestSettings
 from ..messages import CHILD_FD_ENV
 from ..target import Target, prepare_message
@@ -41,7 +41,7 @@ class SpawnedChild:
             code = self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
-        return -code if code < 0 else code << 8
+        return wait_status(code)
 
     def lost_parent(self) -> str | None:
         return None  # a spawned child has no zygote to lose

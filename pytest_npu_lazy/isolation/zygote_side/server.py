@@ -21,7 +21,7 @@ import signal
 
 from ... import compat
 from ...forks.channel import Channel, send
-from ...forks.processes import die_with_parent, fork_hazard, set_title
+from ...forks.processes import die_with_parent, fork_hazard, set_title, threads_warning
 from ...forks.server import ForkServer, freeze_heap, other_threads, run_forked
 from ...probe.recorder import RECORDER
 from ...settings import Baseline, TestSettings
@@ -138,9 +138,5 @@ def serve_module_zygote(channel: Channel, session, start: messages.StartModuleZy
 
 
 def _thread_warnings() -> list[str]:
-    others = other_threads()
-    if not others:
-        return []
-    return [f"the zygote has {len(others)} Python thread(s) besides the main one ({', '.join(others)}) "
-            "after its preload; forked children get none of them, and locks those threads held stay "
-            "locked in the children."]
+    warning = threads_warning("the zygote", other_threads())
+    return [warning] if warning else []
