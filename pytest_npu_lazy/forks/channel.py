@@ -14,7 +14,10 @@ An endpoint that serves a channel binds each kind to an ``on_<kind>``
 method, and what it accepts is derived from those methods
 (:meth:`Accepts.handled_by`), so the two cannot drift apart.
 The isolation's messages are in :mod:`pytest_npu_lazy.isolation.messages`,
-run_python's in :mod:`pytest_npu_lazy.python_c.messages`.
+run_python's in :mod:`pytest_npu_lazy.python_c.messages`. A kind is unique on
+its own channels only (both front ends have a ``run`` and a ``ready``); the
+class names are unique across the package and say their front end
+(``RunTest``, ``RunCode``...), so a reader of either end knows which is meant.
 """
 
 from __future__ import annotations

@@ -15,14 +15,14 @@ Channels, by direction:
 pytest -> root       :class:`StartZygote`, :class:`Shutdown`
 root -> pytest       :class:`ZygoteStarted` (+1 fd: the zygote's channel), :class:`ChildExited` (a zygote)
 pytest -> zygote     :class:`ForkChild`, :class:`StartModuleZygote`, :class:`Shutdown`
-zygote -> pytest     :class:`Ready`, :class:`ChildForked` (+1 fd: the child's channel),
+zygote -> pytest     :class:`TestZygoteReady`, :class:`ChildForked` (+1 fd: the child's channel),
                      :class:`ZygoteStarted` (a module zygote), :class:`ForkRefused`,
                      :class:`ChildExited` (a test child or a module zygote)
 
 A module zygote (forked by a zygote; it imported and collected one test
 module) speaks as a zygote does, and its children get :class:`Prepare` and
-:class:`Run` too.
-pytest -> child      :class:`Prepare` (the launcher sends it), then :class:`Run` (the controller)
+:class:`RunTest` too.
+pytest -> child      :class:`Prepare` (the launcher sends it), then :class:`RunTest` (the controller)
 child -> pytest      :class:`Files` (+n fds), :class:`Phase`, :class:`Report`, :class:`WarningRecorded`,
                      :class:`Terminal`, :class:`Junit`, :class:`NotRun`, :class:`InternalError`,
                      :class:`Interrupted`, then :class:`Finished`
@@ -93,7 +93,7 @@ class StartModuleZygote:
 
 
 @dataclass(frozen=True)
-class Ready:
+class TestZygoteReady:
     """The preload (or a module zygote's collection) finished: its error (a traceback) or None, what it
     printed, and warnings for the user."""
 
@@ -124,7 +124,7 @@ class ForkRefused:
 
 @dataclass(frozen=True)
 class Prepare:
-    """Which test the child runs, with which settings: it collects the test and waits for :class:`Run`."""
+    """Which test the child runs, with which settings: it collects the test and waits for :class:`RunTest`."""
 
     KIND: ClassVar[str] = "prepare"
     nodeid: str
@@ -133,7 +133,7 @@ class Prepare:
 
 
 @dataclass(frozen=True)
-class Run:
+class RunTest:
     """Run the prepared test now; ``nodeid`` must be the prepared one."""
 
     KIND: ClassVar[str] = "run"
@@ -237,11 +237,11 @@ TO_ROOT = (StartZygote, Shutdown)
 #: what a zygote and a module zygote may be sent
 TO_ZYGOTE = (ForkChild, StartModuleZygote, Shutdown)
 #: what the pool's view of a zygote (or of the root) may receive
-FROM_ZYGOTE = (Ready, ChildForked, ZygoteStarted, ForkRefused, ChildExited)
+FROM_ZYGOTE = (TestZygoteReady, ChildForked, ZygoteStarted, ForkRefused, ChildExited)
 #: what the controller of a test child may receive
 FROM_CHILD = (Files, Phase, Report, WarningRecorded, Terminal, Junit, NotRun, InternalError, Interrupted, Finished)
 #: what a test child may be sent
-TO_CHILD = (Prepare, Run)
+TO_CHILD = (Prepare, RunTest)
 #: every message of isolation
 ALL = tuple(dict.fromkeys((*TO_ROOT, *TO_ZYGOTE, *FROM_ZYGOTE, *FROM_CHILD, *TO_CHILD)))
 #: what the pytest process reads from the root: it waits for one of them at a time (a zygote's start or exit)

@@ -73,7 +73,7 @@ def run_python(code: str, *, env: Mapping[str, str] | None = None, timeout: floa
     zygote = zygotes.zygote(preload, call_env, directory)
     if zygote is None:
         return _subprocess(args, env, timeout, cwd, input)
-    call = _Call(zygote, args, call_env, cwd, input, timeout)
+    call = _CallerCall(zygote, args, call_env, cwd, input, timeout)
     outcome = call.run()
     if outcome.shadowed:
         zygotes.warn(f"run_python: {', '.join(outcome.shadowed)} in {directory} would shadow modules the zygote "
@@ -163,8 +163,9 @@ def _text(data: bytes, encoding: str) -> str:
     return data.decode(encoding).replace("\r\n", "\n").replace("\r", "\n")
 
 
-class _Call:
-    """One call from request to exit status: the communicate loop of subprocess.run."""
+class _CallerCall:
+    """One call from request to exit status, as the caller sees it: the communicate loop of subprocess.run
+    (the zygote's record of the same call is :class:`~.zygote._ZygoteCall`)."""
 
     def __init__(self, zygote: Zygote, args: list[str], env: dict[str, str], cwd, input: str | None,
                  timeout: float | None) -> None:
@@ -200,7 +201,7 @@ class _Call:
             channel = Channel(ours)
             stdin = stdin_read if stdin_read is not None else (0 if _valid_fd(0) else None)
             fds = [call_end.fileno(), theirs[-1], out_write, err_write] + ([stdin] if stdin is not None else [])
-            run = messages.Run(self.args[2], self.zygote.environ_for(self.env), None if self.cwd is None else os.fsdecode(self.cwd),
+            run = messages.RunCode(self.args[2], self.zygote.environ_for(self.env), None if self.cwd is None else os.fsdecode(self.cwd),
                                sys.executable, stdin is not None)
             try:
                 self.zygote.send(run, fds)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..forks.processes import die_with_parent, libc
-from .messages import Run, SetupOutcome
+from .messages import RunCode, SetupOutcome
 
 _STREAMS = ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w"))
 
@@ -108,7 +108,7 @@ def _same_directory(a: str, b: str) -> bool:
         return False
 
 
-def become(run: Run, fds: dict[str, int], setup: int, context: ChildContext, sockets: list) -> tuple[Any, dict]:
+def become(run: RunCode, fds: dict[str, int], setup: int, context: ChildContext, sockets: list) -> tuple[Any, dict]:
     """In a freshly forked child: reset, then return (compiled code, __main__ namespace), or exit."""
     ChildContext.in_child = True
     try:
@@ -163,7 +163,7 @@ def _max_fd() -> int:
         return 65536
 
 
-def _reset_interpreter(run: Run, context: ChildContext) -> dict:
+def _reset_interpreter(run: RunCode, context: ChildContext) -> dict:
     os.environ.clear()
     os.environ.update(run.env)
     sys.argv = ["-c"]

@@ -7,8 +7,8 @@ dataclass back, never text to parse.
 
 Directions:
 
-caller -> zygote (control socket)  :class:`Run` (+ fds), :class:`Shutdown`
-zygote -> caller (control socket)  :class:`Ready`
+caller -> zygote (control socket)  :class:`RunCode` (+ fds), :class:`Shutdown`
+zygote -> caller (control socket)  :class:`CodeZygoteReady`
 caller -> zygote (call socket)     :class:`Kill`
 zygote -> caller (call socket)     :class:`Exited`
 child  -> zygote (set-up pipe)     :class:`SetupOutcome`, once, only when the child cannot run the code
@@ -25,12 +25,12 @@ from typing import ClassVar, Optional
 from ..forks.channel import Accepts, send  # noqa: F401 - send is this module's API too
 from ..forks.server import Shutdown  # noqa: F401 - every fork server's; the caller sends it
 
-#: the order of the descriptors that travel with a Run message
+#: the order of the descriptors that travel with a RunCode message
 RUN_FDS = ("call", "cwd", "stdout", "stderr", "stdin")
 
 
 @dataclass(frozen=True)
-class Run:
+class RunCode:
     """Fork a child that runs ``code`` as ``python -c`` would, with these settings."""
 
     KIND: ClassVar[str] = "run"
@@ -42,7 +42,7 @@ class Run:
 
 
 @dataclass(frozen=True)
-class Ready:
+class CodeZygoteReady:
     """The preload finished (or failed); what the zygote learnt about it."""
 
     KIND: ClassVar[str] = "ready"
@@ -93,11 +93,11 @@ class Exited:
 
 #: every message of run_python's control channel; the zygote accepts those it has ``on_<kind>`` handlers for
 #: what a run_python zygote may be sent (its server accepts, of these, the kinds it has handlers for)
-TO_ZYGOTE = (Run, Shutdown)
-#: every message of run_python's zygotes (the zygote's Ready travels the other way, waited for in order)
-ALL = (*TO_ZYGOTE, Ready)
-#: what the caller reads from the zygote: Ready on the control channel
-FROM_ZYGOTE = Accepts(Ready)
+TO_ZYGOTE = (RunCode, Shutdown)
+#: every message of run_python's zygotes (the zygote's CodeZygoteReady travels the other way, waited for in order)
+ALL = (*TO_ZYGOTE, CodeZygoteReady)
+#: what the caller reads from the zygote: CodeZygoteReady on the control channel
+FROM_ZYGOTE = Accepts(CodeZygoteReady)
 #: what a call's socket carries each way: the caller may say Kill; the zygote says how the child exited
 FROM_CALLER = Accepts(Kill)
 FROM_CALL = Accepts(Exited)

@@ -51,7 +51,7 @@ class Zygote:
     directory: str
     process: subprocess.Popen
     control: Channel
-    ready: messages.Ready | None = None
+    ready: messages.CodeZygoteReady | None = None
     replay: tuple[bytes, bytes] = (b"", b"")  # what the preload printed on stdout and stderr
     failure: str | None = None  # why this zygote serves nothing (its calls run as plain subprocesses)
     last_used: float = field(default_factory=time.monotonic)
@@ -122,7 +122,7 @@ def _start(preload: tuple[str, ...], env: dict[str, str], directory: str) -> Zyg
     return zygote
 
 
-def _wait_ready(zygote: Zygote, err) -> tuple[messages.Ready | None, str | None]:
+def _wait_ready(zygote: Zygote, err) -> tuple[messages.CodeZygoteReady | None, str | None]:
     label = f"the run_python zygote for preload {list(zygote.preload)}"
     try:
         ready, _ = messages.FROM_ZYGOTE.receive(zygote.control, READY_TIMEOUT)

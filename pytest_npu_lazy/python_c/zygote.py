@@ -35,13 +35,15 @@ from .child import ChildContext, become, end
 
 
 @dataclass
-class _Call:
+class _ZygoteCall:
+    """One call as the zygote keeps it while its child runs (the caller's side is :class:`~.call._CallerCall`)."""
+
     channel: Channel | None  # None once the caller went away
     setup: int  # read end of the child's set-up pipe
 
 
-class ZygoteServer(ForkServer):
-    """Forks a child per :class:`~.messages.Run`; each call's socket says Kill, or that its caller went away."""
+class PythonCZygoteServer(ForkServer):
+    """Forks a child per :class:`~.messages.RunCode`; each call's socket says Kill, or that its caller went away."""
 
     MESSAGES = messages.TO_ZYGOTE
     NAME = "run_python zygote"
@@ -49,9 +51,9 @@ class ZygoteServer(ForkServer):
     def __init__(self, control: Channel, context: ChildContext) -> None:
         super().__init__(control)
         self.context = context
-        self.calls: dict[int, _Call] = {}
+        self.calls: dict[int, _ZygoteCall] = {}
 
-    def on_run(self, run: messages.Run, fds: list[int]) -> tuple[Any, dict] | None:
+    def on_run(self, run: messages.RunCode, fds: list[int]) -> tuple[Any, dict] | None:
         """Fork the call's child; in the child, return (code, namespace) for the bootstrap to exec."""
         named = dict(zip(messages.RUN_FDS if run.stdin else messages.RUN_FDS[:-1], fds))
         setup_read, setup_write = os.pipe()
@@ -64,7 +66,7 @@ class ZygoteServer(ForkServer):
         for name, fd in named.items():
             if name != "call":
                 os.close(fd)
-        self.calls[pid] = _Call(Channel(socket.socket(fileno=named["call"])), setup_read)
+        self.calls[pid] = _ZygoteCall(Channel(socket.socket(fileno=named["call"])), setup_read)
         return None
 
     def side_channels(self) -> dict[Any, int]:
@@ -100,12 +102,12 @@ class ZygoteServer(ForkServer):
 def serve(control_fd: int, main: dict, state: dict, reads: list[str], error: str | None) -> tuple[Any, dict]:
     """Report the preload, then serve calls; returns only in a forked child: (code, namespace) to exec."""
     control = Channel(socket.socket(fileno=control_fd))
-    ready = messages.Ready(os.getpid(), error, reads, None if error else fork_hazard(), other_threads(),
+    ready = messages.CodeZygoteReady(os.getpid(), error, reads, None if error else fork_hazard(), other_threads(),
                            state["environ"])
     messages.send(control, ready)
     if ready.error or ready.hazard:
         os._exit(0)  # the caller runs these calls as plain subprocesses
-    server = ZygoteServer(control, ChildContext.capture(main, state))
+    server = PythonCZygoteServer(control, ChildContext.capture(main, state))
     freeze_heap()
     server.end_on_sigterm()
     return server.serve()

@@ -21,10 +21,10 @@ def _endpoints():
     docstring, by direction)."""
     from pytest_npu_lazy.isolation.pytest_side.controller import ChildRun
     from pytest_npu_lazy.isolation.pytest_side.pool import ZygoteHandle
-    from pytest_npu_lazy.isolation.zygote_side.server import ModuleZygoteServer, RootServer, ZygoteServer
+    from pytest_npu_lazy.isolation.zygote_side.server import IsolationZygoteServer, ModuleZygoteServer, RootServer
 
     return {RootServer: {"start_zygote", "shutdown"},
-            ZygoteServer: {"fork_child", "start_module_zygote", "shutdown"},
+            IsolationZygoteServer: {"fork_child", "start_module_zygote", "shutdown"},
             ModuleZygoteServer: {"fork_child", "shutdown"},
             ZygoteHandle: {"ready", "child_exited", "zygote_started", "child_forked", "fork_refused"},
             ChildRun: {"files", "phase", "report", "warning", "terminal", "junit", "not_run", "internal_error",
@@ -83,11 +83,11 @@ def test_each_endpoint_accepts_exactly_the_kinds_it_has_handlers_for(endpoint):
 
 
 def test_a_handler_for_a_message_of_the_other_direction_is_refused():
-    """A zygote server with a handler for Ready, which only ever travels from a zygote to the pytest process:
+    """A zygote server with a handler for TestZygoteReady, which only ever travels from a zygote to the pytest process:
     checked against all messages it would pass; against its direction's list it is refused when set up."""
-    from pytest_npu_lazy.isolation.zygote_side.server import ZygoteServer
+    from pytest_npu_lazy.isolation.zygote_side.server import IsolationZygoteServer
 
-    class Confused(ZygoteServer):
+    class Confused(IsolationZygoteServer):
         def on_ready(self, message, fds): ...
 
     Accepts.handled_by(Confused, *messages.ALL)  # what one list for both directions let through
@@ -97,10 +97,10 @@ def test_a_handler_for_a_message_of_the_other_direction_is_refused():
 
 def test_run_pythons_zygote_accepts_run_and_shutdown_and_nothing_else():
     from pytest_npu_lazy.python_c import messages as python_c_messages
-    from pytest_npu_lazy.python_c.zygote import ZygoteServer
+    from pytest_npu_lazy.python_c.zygote import PythonCZygoteServer
 
-    assert set(Accepts.handled_by(ZygoteServer, *python_c_messages.TO_ZYGOTE).types) == {"run", "shutdown"}
-    assert ZygoteServer.MESSAGES == python_c_messages.TO_ZYGOTE
+    assert set(Accepts.handled_by(PythonCZygoteServer, *python_c_messages.TO_ZYGOTE).types) == {"run", "shutdown"}
+    assert PythonCZygoteServer.MESSAGES == python_c_messages.TO_ZYGOTE
 
 
 def test_a_handler_for_no_known_message_is_refused_by_name():

@@ -317,7 +317,7 @@ def receive_prepare(channel: Channel) -> tuple[TestSettings, Target]:
 def receive_run(channel: Channel, nodeid: str) -> None:
     """Wait for the word to run the prepared test, or a ProtocolError if it names another."""
     message, _ = messages.CHILD_ACCEPTS.receive(channel)
-    if not isinstance(message, messages.Run) or message.nodeid != nodeid:
+    if not isinstance(message, messages.RunTest) or message.nodeid != nodeid:
         raise ProtocolError(f"a test child prepared for {nodeid!r} was sent {message!r}")
 
 
@@ -325,7 +325,7 @@ def serve_child(channel: Channel, session: pytest.Session) -> None:
     """Entry point of a forked child: take a test, collect it, run it when told, report, exit.
 
     A spare child usually gets Prepare while the test before it still runs,
-    so its collection is off the critical path; Run then starts the
+    so its collection is off the critical path; RunTest then starts the
     protocol at once.
     """
     relay = become_forked_child(channel, session.config)
@@ -346,10 +346,10 @@ def become_forked_child(channel: Channel, config: pytest.Config) -> ChildRelay:
 
 
 def serve_test(channel: Channel, ready) -> None:
-    """A forked child's life once it is one: Prepare, ``ready(settings, target)`` -> (run, go on?), Run, run, report.
+    """A forked child's life once it is one: Prepare, ``ready(settings, target)`` -> (run, go on?), RunTest, run, report.
 
     A spare child usually gets Prepare while the test before it still runs,
-    so readying is off the critical path; Run then starts at once.
+    so readying is off the critical path; RunTest then starts at once.
     """
     try:
         run, go_on = ready(*receive_prepare(channel))

@@ -154,7 +154,7 @@ class ChildRun:
             return
         try:
             try:
-                send(self.child.channel, messages.Run(self.item.nodeid))
+                send(self.child.channel, messages.RunTest(self.item.nodeid))
             except OSError:
                 pass  # it died while collecting: what it sent, and its exit status, say how (read below)
             prepare_next()

@@ -86,7 +86,7 @@ class ZygoteHandle:
 
     # -- the zygote's messages, one handler each (the accepted set is derived from them) -------------------
 
-    def on_ready(self, message: messages.Ready, fds) -> None:
+    def on_ready(self, message: messages.TestZygoteReady, fds) -> None:
         self.ready, self.error = True, message.error
         self.warnings = list(message.warnings)
         if message.output.strip():
@@ -118,7 +118,7 @@ class ZygoteHandle:
 
     def poll(self) -> None:
         """Read one message it has sent, if any, without waiting: a zygote started ahead of its tests
-        says Ready while another module's tests run, and nobody waits on its channel then."""
+        says TestZygoteReady while another module's tests run, and nobody waits on its channel then."""
         if not self.ready:
             self._pump(0)
 

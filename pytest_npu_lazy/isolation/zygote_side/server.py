@@ -56,7 +56,7 @@ class _IsolationServer(ForkServer):
         RECORDER.sweep()
         compat.warm_warning_filters(self.session.config)  # every child applies them: compiled once, here
         freeze_heap()
-        send(self.control, messages.Ready(os.getpid(), error, output, _thread_warnings()))
+        send(self.control, messages.TestZygoteReady(os.getpid(), error, output, _thread_warnings()))
 
     def fork_server(self, key: str, serve) -> None:
         """Fork a zygote (or module zygote) that runs ``serve(its channel)``; hand the pytest process that channel."""
@@ -96,7 +96,7 @@ class RootServer(_IsolationServer):
         self.fork_server(message.key, lambda theirs: serve_zygote(theirs, self.session, baseline))
 
 
-class ZygoteServer(_IsolationServer):
+class IsolationZygoteServer(_IsolationServer):
     """Has imported one baseline; forks test children and module zygotes from it."""
 
     def on_fork_child(self, message: messages.ForkChild, fds) -> None:
@@ -121,7 +121,7 @@ def serve_root(channel: Channel, session) -> None:
 
 
 def serve_zygote(channel: Channel, session, baseline: Baseline) -> None:
-    server = ZygoteServer(channel, session, ("zygote", f"preload {list(baseline.preload)}"))
+    server = IsolationZygoteServer(channel, session, ("zygote", f"preload {list(baseline.preload)}"))
     os.environ.update(baseline.environment())
     error, output = import_preload(baseline.preload, session.config, capture=True)
     server.ready(error, output)
