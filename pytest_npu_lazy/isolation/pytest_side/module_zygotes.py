@@ -89,17 +89,40 @@ class ModuleZygotes:
 
     def __init__(self, limit: int, memory_limit: int, counting: bool) -> None:
         self.limit = limit
-        self.memory_limit = memory_limit
+        self._memory_limit = memory_limit
         self.counting = counting
-        self.live: OrderedDict[ModuleKey, object] = OrderedDict()
-        self.unusable: set[ModuleKey] = set()
-        self.remaining: Counter[ModuleKey] = Counter()
-        self.memory: dict[ModuleKey, int] = {}
+        self._live: OrderedDict[ModuleKey, object] = OrderedDict()
+        self._unusable: set[ModuleKey] = set()
+        self._remaining: Counter[ModuleKey] = Counter()
+        self._memory: dict[ModuleKey, int] = {}
         #: module zygotes whose child runs a test now: stopping one would kill that test
-        self.busy: set[ModuleKey] = set()
+        self._busy: set[ModuleKey] = set()
         #: the modules in the order their tests run (a module twice where a plugin reorders across files)
         self.runs: list[ModuleRun] = []
         self._run_at = 0
+
+    # -- what the pool asks and tells about one key: the sets stay in here, each changed in one place -------
+
+    def peek(self, key: ModuleKey):
+        """The live zygote of ``key`` or None, without counting as a use (a look ahead is not one)."""
+        return self._live.get(key)
+
+    def usable(self, key: ModuleKey) -> bool:
+        """Whether a zygote of ``key`` may serve its tests: not given up on, and never failed to start."""
+        return key not in self._unusable
+
+    def start_failed(self, key: ModuleKey) -> None:
+        """Its zygote could not be started: this module's tests collect in their own children from now on."""
+        self._unusable.add(key)
+
+    def serving(self, key: ModuleKey) -> None:
+        """A child of ``key``'s zygote runs a test now: stopping the zygote would kill that test (until
+        :meth:`done_with`)."""
+        self._busy.add(key)
+
+    def seen_ready(self, key: ModuleKey) -> bool:
+        """Whether ``key``'s zygote was seen ready before (and measured then: :meth:`measured`)."""
+        return key in self._memory
 
     @property
     def enabled(self) -> bool:
@@ -108,7 +131,7 @@ class ModuleZygotes:
     def expect(self, key: ModuleKey | None, item: pytest.Item, settings: TestSettings) -> None:
         """One more test of ``key`` will run here (counted at collection, when the process runs all it collected)."""
         if key is not None and self.counting:
-            self.remaining[key] += 1
+            self._remaining[key] += 1
             if self.runs and self.runs[-1].key == key:
                 self.runs[-1].tests += 1
             else:
@@ -134,65 +157,65 @@ class ModuleZygotes:
     def room_ahead(self) -> bool:
         """Whether one more may start before it is needed: without stopping one, under the count and, if it
         is as large as the largest so far, under the memory limit."""
-        if len(self.live) >= self.limit:
+        if len(self._live) >= self.limit:
             return False
-        largest = max(self.memory.values(), default=0)
-        return self._held() + largest <= self.memory_limit
+        largest = max(self._memory.values(), default=0)
+        return self._held() + largest <= self._memory_limit
 
     def _held(self) -> int:
         """The private memory the live ones hold, as last measured."""
-        return sum(self.memory.get(key, 0) for key in self.live)
+        return sum(self._memory.get(key, 0) for key in self._live)
 
     def get(self, key: ModuleKey):
-        zygote = self.live.get(key)
+        zygote = self._live.get(key)
         if zygote is not None:
-            self.live.move_to_end(key)
+            self._live.move_to_end(key)
         return zygote
 
     def add(self, key: ModuleKey, zygote) -> None:
-        self.live[key] = zygote
+        self._live[key] = zygote
 
     def measured(self, key: ModuleKey, pid: int) -> None:
         """After its collection: what it holds; stop the least recently used while over a limit."""
-        self.memory[key] = private_bytes(pid)
-        while len(self.live) > self.limit or self._held() > self.memory_limit:
+        self._memory[key] = private_bytes(pid)
+        while len(self._live) > self.limit or self._held() > self._memory_limit:
             if not self._stop_oldest(keep=key):
                 break
 
     def room_for_one(self) -> None:
         """Before starting one: stop the least recently used so the new one fits the count."""
-        while len(self.live) >= self.limit and self._stop_oldest():
+        while len(self._live) >= self.limit and self._stop_oldest():
             pass
 
     def _stop_oldest(self, keep: ModuleKey | None = None) -> bool:
         """Stop the least recently used one that serves no running test; False when there is none."""
-        for key in self.live:
-            if key != keep and key not in self.busy:
+        for key in self._live:
+            if key != keep and key not in self._busy:
                 self.close(key)
                 return True
         return False
 
     def give_up(self, key: ModuleKey) -> None:
         """This module's tests collect in their own children from now on."""
-        self.unusable.add(key)
+        self.start_failed(key)
         self.close(key)
 
     def done_with(self, key: ModuleKey | None) -> None:
         """A test of ``key`` ended: after the last one its zygote goes."""
-        self.busy.discard(key)
-        if key is None or not self.counting or key not in self.remaining:
+        self._busy.discard(key)
+        if key is None or not self.counting or key not in self._remaining:
             return
-        self.remaining[key] -= 1
-        if self.remaining[key] <= 0:
-            del self.remaining[key]
+        self._remaining[key] -= 1
+        if self._remaining[key] <= 0:
+            del self._remaining[key]
             self.close(key)
 
     def close(self, key: ModuleKey) -> None:
-        zygote = self.live.pop(key, None)
-        self.memory.pop(key, None)
+        zygote = self._live.pop(key, None)
+        self._memory.pop(key, None)
         if zygote is not None:
             zygote.close()
 
     def shutdown(self) -> None:
-        for key in list(self.live):
+        for key in list(self._live):
             self.close(key)

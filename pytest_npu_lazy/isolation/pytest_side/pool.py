@@ -27,7 +27,7 @@ from ...settings import Baseline
 from .. import messages
 from ..target import prepare_message
 from ..zygote_side.server import serve_root
-from .module_zygotes import ModuleZygotes, module_key, module_target
+from .module_zygotes import ModuleKey, ModuleZygotes, module_key, module_target
 from .outputs import record_warning_text
 
 FORK_TIMEOUT = 60.0
@@ -75,14 +75,16 @@ class ZygoteHandle:
     dead: bool = False
     #: asks the root how this zygote ended; set by the pool
     death_status: Callable[[], int | None] = lambda: None
-    #: what it is, for messages: a baseline's zygote, or a module zygote (forked from one)
-    what: str = ""
+    #: the module whose tests it collected (a module zygote, forked from its baseline's zygote); None: the
+    #: baseline's own zygote. The pool asks this, not the label, which zygote it holds
+    module_key: ModuleKey | None = None
     #: module zygotes this zygote started: key -> (pid, its channel's descriptor)
     started: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
-        return self.what or self.baseline.label
+        """What it is, for messages to a person."""
+        return self.module_key.describe() if self.module_key is not None else self.baseline.label
 
     # -- the zygote's messages, one handler each (the accepted set is derived from them) -------------------
 
@@ -168,12 +170,12 @@ class ZygoteHandle:
                 self.spare = child
         return self.exited.pop(pid, None)
 
-    def start_module(self, start: messages.StartModuleZygote, what: str) -> "ZygoteHandle":
-        """Ask this zygote to fork a module zygote; its handle (it may still be collecting)."""
+    def start_module(self, start: messages.StartModuleZygote, key: ModuleKey) -> "ZygoteHandle":
+        """Ask this zygote to fork ``key``'s module zygote; its handle (it may still be collecting)."""
         send(self.channel, start)
-        self._pump_until(lambda: start.key in self.started, f"start a {what}")
+        self._pump_until(lambda: start.key in self.started, f"start a {key.describe()}")
         pid, fd = self.started.pop(start.key)
-        return ZygoteHandle(self.baseline, pid, Channel(_socket_from_fd(fd)), what=what,
+        return ZygoteHandle(self.baseline, pid, Channel(_socket_from_fd(fd)), module_key=key,
                             death_status=lambda: self.exit_status(pid, 5.0))
 
     def close(self) -> None:
@@ -300,15 +302,15 @@ class ZygotePool:
         """A forked child that was sent ``item``'s Prepare (the Launcher contract of the controller)."""
         prepared = self._prepared.pop(item.nodeid, None)
         if prepared is not None and not prepared.zygote.dead:
-            if prepared.zygote.what:
-                self.modules.busy.add(module_key(item, settings))
+            if prepared.zygote.module_key is not None:
+                self.modules.serving(prepared.zygote.module_key)
             return prepared
         if prepared is not None:  # its zygote died (or was stopped) since: it went with it
             prepared.close()
         zygote = self._zygote_for(item, settings, wait=True)
         if zygote.error:
             raise ZygoteError(f"{settings.baseline.label} could not be prepared: {zygote.error}")
-        key = module_key(item, settings) if zygote.what else None
+        key = zygote.module_key
         try:
             child = zygote.take_child()
         except ZygoteError:
@@ -317,7 +319,7 @@ class ZygotePool:
             self.modules.give_up(key)  # it refused to fork or died: this module's tests collect themselves
             key, child = None, self._zygote(settings.baseline, timeout=settings.timeout).take_child()
         if key is not None:
-            self.modules.busy.add(key)
+            self.modules.serving(key)
         send(child.channel, prepare_message(item, settings))
         return child
 
@@ -367,19 +369,19 @@ class ZygotePool:
         time one is seen ready is handled as in :meth:`_zygote_for` (its collection's warnings, its memory).
         """
         key = module_key(item, settings) if self.modules.enabled and settings.isolation == "fork" else None
-        current = self.modules.live.get(key) if key is not None else None
+        current = self.modules.peek(key) if key is not None else None
         if current is None or not current.ready:
             return
         for run in self.modules.ahead_of(key):
-            zygote = self.modules.live.get(run.key)
+            zygote = self.modules.peek(run.key)
             if zygote is not None and zygote.ready:
                 continue
-            if zygote is None and (run.key in self.modules.unusable or not self.modules.room_ahead()
+            if zygote is None and (not self.modules.usable(run.key) or not self.modules.room_ahead()
                                    or self._ready_base(run.settings.baseline) is None):
                 return
             try:
                 zygote = self._zygote_for(run.item, run.settings, wait=False)  # started, or polled
-                if zygote.ready and zygote.what and not zygote.error:
+                if zygote.ready and zygote.module_key is not None and not zygote.error:
                     zygote.request_fork()  # its first test's spare child, forked now
             except (ZygoteError, OSError):
                 return  # that module's first test finds out, as it did before it was started ahead
@@ -395,7 +397,7 @@ class ZygotePool:
         """The zygote to fork ``item``'s child from: its module zygote where one can serve, else its baseline's."""
         base = self._zygote(settings.baseline, timeout=settings.timeout)
         key = module_key(item, settings) if self.modules.enabled else None
-        if key is None or key in self.modules.unusable or base.error:
+        if key is None or not self.modules.usable(key) or base.error:
             return base
         zygote = self.modules.get(key)
         if zygote is None or zygote.dead:
@@ -405,9 +407,9 @@ class ZygotePool:
             target = module_target(item)
             try:
                 zygote = base.start_module(messages.StartModuleZygote(
-                    repr(key), settings.to_dict(), target.to_dict()), key.describe())
+                    repr(key), settings.to_dict(), target.to_dict()), key)
             except ZygoteError:
-                self.modules.unusable.add(key)
+                self.modules.start_failed(key)
                 return base
             self.modules.add(key, zygote)
         if not zygote.ready:
@@ -416,7 +418,7 @@ class ZygotePool:
             except ZygoteError:
                 self.modules.give_up(key)
                 return base
-        if zygote.ready and key not in self.modules.memory:  # once, the first time it is seen ready
+        if zygote.ready and not self.modules.seen_ready(key):  # once, the first time it is seen ready
             for text in zygote.warnings:
                 self._warn(text)
             self.modules.measured(key, zygote.pid)
