@@ -126,7 +126,8 @@ def parse_args(argv: list[str] | None, variants: dict, compile_trigger_env: str)
     parser.add_argument("--recorder-runs", type=int, help="fresh imports with and without the recorder (default 15)")
     parser.add_argument("--only", default="trivial,suite,recorder,compile_trigger",
                         help="comma-separated parts: trivial, suite (with xdist), recorder, compile_trigger, "
-                             "modules (isolation at fork cost: module zygotes against pytest-forked; not by default)")
+                             "modules (isolation at fork cost: module zygotes against pytest-forked; not by default), "
+                             "selection_map (taking a selection map: cost per test; not by default)")
     parser.add_argument("--compile-trigger", default=os.environ.get(compile_trigger_env),
                         help="torch_npu's test/dynamo/test_compile_trigger.py (from Ascend/pytorch), to time as it "
                              f"is and with its helper calling run_python (default: ${compile_trigger_env}; "
@@ -164,7 +165,7 @@ def parse_args(argv: list[str] | None, variants: dict, compile_trigger_env: str)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks import compile_trigger, module_zygotes, recorder, suite, trivial, xdist
+    from benchmarks import compile_trigger, module_zygotes, recorder, selection_map, suite, trivial, xdist
 
     args = parse_args(argv, trivial.VARIANTS, compile_trigger.ENV)
     env = base_env()
@@ -187,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
             results["xdist"] = xdist.bench(args, env, plain_run)
         if "modules" in args.parts:
             results["modules"] = module_zygotes.bench(args, env, work, run_pytest, per_test, forked_python, log)
+        if "selection_map" in args.parts:
+            results["selection_map"] = selection_map.bench(args, env, work, run_pytest, per_test, log)
         if "compile_trigger" in args.parts and args.compile_trigger:
             results["compile_trigger"] = compile_trigger.bench(
                 Path(args.compile_trigger).resolve(), env, work / "compile_trigger", run_pytest, log,
@@ -197,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     results["load"]["end"] = loadavg()
     results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    sections = (trivial, suite, recorder, xdist, compile_trigger, module_zygotes)  # the report's order
+    sections = (trivial, suite, recorder, xdist, compile_trigger, module_zygotes, selection_map)  # the report's order
     results["targets"] = judge(results, sections)
     table = markdown(results, sections)
     results["markdown"] = table

@@ -17,6 +17,8 @@ checks it):
 - :mod:`.isolation` (a test in a clean interpreter), :mod:`.python_c`
   (``python -c`` at fork speed) and :mod:`.reports` (terminal, JSON, JUnit,
   budget, HTML, matrix), side by side;
+- :mod:`.selection`: change-driven selection, a map of the torch_npu lines each test runs and the tests
+  a change can affect (``--npu-lazy-changed``, ``python -m pytest_npu_lazy.selection``);
 - :mod:`.plugin`: the pytest hooks wiring them together;
 - :mod:`.mutate`: ``python -m pytest_npu_lazy.mutate``, the mutation pass that
   edits installed code in every process of a pytest run and asks which test notices.

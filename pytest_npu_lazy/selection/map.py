@@ -58,22 +58,24 @@ def digest(files: dict[str, list[list[int]]]) -> str:
 class TestEntry:
     """One test in the map."""
 
-    #: "passed", "failed" (a phase failed: its evidence stops where it failed) or "skipped"
+    #: "passed", "failed" (a phase failed, or it xfailed: its evidence stops where it failed) or "skipped"
     outcome: str
     #: phase name -> evidence digest
     phases: dict[str, str]
     lineage: str | None
     preloaded: list[str] = field(default_factory=list)
     opaque: list[str] = field(default_factory=list)
+    #: False: the test ran nowhere this map could measure (skipped before it ran, a child that died)
+    evidence: bool = True
 
     def to_dict(self) -> dict:
         return {"outcome": self.outcome, "phases": self.phases, "lineage": self.lineage,
-                "preloaded": self.preloaded, "opaque": self.opaque}
+                "preloaded": self.preloaded, "opaque": self.opaque, "evidence": self.evidence}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TestEntry":
         return cls(str(data["outcome"]), dict(data["phases"]), data.get("lineage"),
-                   list(data.get("preloaded", [])), list(data.get("opaque", [])))
+                   list(data.get("preloaded", [])), list(data.get("opaque", [])), bool(data.get("evidence", True)))
 
 
 @dataclass
@@ -94,7 +96,11 @@ class SelectionMap:
         self.evidence.setdefault(key, files)
         return key
 
-    def add_test(self, nodeid: str, outcome: str, evidence: dict) -> None:
+    def add_test(self, nodeid: str, outcome: str, evidence: dict | None) -> None:
+        """``evidence``: what the test's process measured (:meth:`.tracer.EvidenceTracer.end_test`); None: nothing."""
+        if evidence is None:
+            self.tests[nodeid] = TestEntry(outcome, {}, None, evidence=False)
+            return
         phases = {phase: key for phase, files in evidence.get("phases", {}).items()
                   if (key := self.store(files)) is not None}
         self.tests[nodeid] = TestEntry(outcome, phases, self.store(evidence.get("lineage", {})),

@@ -92,7 +92,7 @@ class MapWriter:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if os.getpid() != self.pid:  # a child inherited this plugin; its reports reach this process anyway
             return
-        if report.failed:
+        if report.failed or hasattr(report, "wasxfail"):  # an xfail stops where it fails, as a failure does
             self.outcomes[report.nodeid] = "failed"
         elif report.skipped and self.outcomes.get(report.nodeid) != "failed":
             self.outcomes[report.nodeid] = "skipped"
@@ -105,15 +105,15 @@ class MapWriter:
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if os.getpid() != self.pid:
             return
-        for nodeid, evidence in self.evidence.items():
-            self.map.add_test(nodeid, self.outcomes.get(nodeid, "passed"), evidence)
+        for nodeid, outcome in self.outcomes.items():
+            self.map.add_test(nodeid, outcome, self.evidence.get(nodeid))
         self.map.files = inventory(package_roots(self.packages), self.map.seen_files())
         self.map.taken["seconds"] = round(time.monotonic() - self.started, 1)
         self.map.write(self.path)
         missing = sorted(set(self.outcomes) - set(self.evidence))
-        self.written = (f"npu_lazy: selection map of {len(self.evidence)} tests written to {self.path}" +
-                        (f"; {len(missing)} ran without evidence (a child that died, a test not run here): "
-                         "a change always selects them" if missing else ""))
+        self.written = (f"npu_lazy: selection map of {len(self.outcomes)} tests written to {self.path}" +
+                        (f"; {len(missing)} without evidence (skipped before they ran, or a child that died): "
+                         "every change selects them" if missing else ""))
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.written:

@@ -15,8 +15,9 @@ not the source the map was taken on, or a line past its end (every test that loa
 new file or a non-Python file inside a watched package (every test that loaded the package); a
 changed test file (its tests) or ``conftest.py`` (the tests below it); any other file (everything).
 Tests that failed when the map was taken (their evidence stops where they failed) and tests that
-started a Python process (which the map cannot see into) are selected by every change of a watched
-package.
+started a Python process or forked (what ran there never came home) are selected by every change of a
+watched package; tests the map has no evidence of (skipped before they ran, a child that died) by every
+change not ignored.
 """
 
 from __future__ import annotations
@@ -62,11 +63,12 @@ def select(smap: SelectionMap, changes: ChangeSet, versions: dict[str, str], roo
             f"{n} {smap.versions.get(n, 'absent')} there, {versions.get(n, 'absent')} here" for n in differ) +
             "): nothing can be ruled out; take the map again with these versions")
         return selection
-    watched_change = False
+    watched_change = considered = False
     for change in changes.files:
         if any(fnmatch.fnmatch(change.path, pattern) for pattern in ignore):
             selection.notes.append(f"{change.path}: ignored (ini npu_lazy_changed_ignore)")
             continue
+        considered = True
         mapped = _map_path(smap, change.path)
         if mapped is not None:
             watched_change = True
@@ -87,12 +89,15 @@ def select(smap: SelectionMap, changes: ChangeSet, versions: dict[str, str], roo
         selection.everything = (f"{change.path} is neither a source file of {', '.join(smap.packages)} nor a test "
                                 "file or conftest.py of the map: nothing can be ruled out")
         selection.notes.append(f"{change.path}: cannot be ruled out (everything selected)")
-    if watched_change:
-        for nodeid, test in smap.tests.items():
+    for nodeid, test in smap.tests.items():
+        if considered and not test.evidence:
+            selection.add(nodeid, f"{test.outcome} without evidence when the map was taken (skipped before it ran, "
+                                  "or its child died): nothing rules it out")
+        elif watched_change:
             if test.outcome == "failed":
-                selection.add(nodeid, "failed when the map was taken: its evidence stops where it failed")
+                selection.add(nodeid, "failed (or xfailed) when the map was taken: its evidence stops where it failed")
             elif test.opaque:
-                selection.add(nodeid, f"started {', '.join(test.opaque)}, a Python process the map cannot see into")
+                selection.add(nodeid, f"ran code in {', '.join(test.opaque)}, whose lines the map cannot see")
     return selection
 
 

@@ -8,9 +8,10 @@ module zygote's import of the test module); the segments of a test are its phase
 zygote and its children are forks, the lineage travels with them in memory: an isolated child's
 evidence holds what its zygote ran for it, as an in-process test's holds what collection ran.
 
-A Python process a test starts (``python -c``, a ``subprocess`` of any Python) runs code this
-tracer cannot see; the test is marked *opaque* with the program's name, and the selection then
-cannot rule it out for any change of a watched package.
+A Python process a test starts (``python -c``, a ``subprocess`` of any Python, ``run_python``) or a
+fork it makes (``os.fork``, multiprocessing's fork) runs code whose lines never come home; the test
+is marked *opaque* with what it started, and the selection then cannot rule it out for any change
+of a watched package.
 """
 
 from __future__ import annotations
@@ -142,9 +143,10 @@ def _is_python(program: str) -> bool:
 
 
 def _watch_spawns(tracer: EvidenceTracer) -> None:
-    """Note each Python program a test starts: ``subprocess`` and ``multiprocessing`` reach
-    ``_posixsubprocess.fork_exec`` or ``os.posix_spawn``; ``os.system`` runs a shell."""
+    """Note each Python program a test starts: ``subprocess`` (its own binding of it) and ``multiprocessing``
+    reach ``_posixsubprocess.fork_exec``, or ``os.posix_spawn``; ``os.system`` runs a shell."""
     import _posixsubprocess
+    import subprocess
 
     def program_of(args: Any) -> str:
         if isinstance(args, (list, tuple)) and args:
@@ -161,6 +163,8 @@ def _watch_spawns(tracer: EvidenceTracer) -> None:
         return original_fork_exec(args, executable_list, *rest)
 
     _posixsubprocess.fork_exec = fork_exec
+    if getattr(subprocess, "_fork_exec", None) is original_fork_exec:
+        subprocess._fork_exec = fork_exec
     for name in ("posix_spawn", "posix_spawnp"):
         original = getattr(os, name, None)
         if original is None:
@@ -180,3 +184,8 @@ def _watch_spawns(tracer: EvidenceTracer) -> None:
         return original_system(command)
 
     os.system = system
+
+    def forked() -> None:  # zygotes fork outside tests (no test is running in them): only a test's own fork counts
+        tracer.spawned("os.fork")
+
+    os.register_at_fork(after_in_parent=forked)

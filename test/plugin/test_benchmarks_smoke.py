@@ -120,3 +120,20 @@ def test_module_zygote_part_compares_the_four_ways(tmp_path):
     assert {"module_trivial_ms", "module_over_forked_worst"} <= set(data["targets"])
     assert data["targets"]["module_trivial_ms"]["value"] > 0
     assert "### Isolation at fork cost" in data["markdown"]
+
+
+def test_selection_map_part_times_both_columns(tmp_path):
+    """``--only selection_map``: each suite ran with and without the map, every test passed, a map was written."""
+    json_path = tmp_path / "selection.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST"))}
+    result = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "selection_map", "--json",
+                             str(json_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    rows = json.loads(json_path.read_text())["selection_map"]["rows"]
+    assert set(rows) == {"dynamo", "trivial"}
+    for name, row in rows.items():
+        for column in ("plain", "map"):
+            entry = row["columns"][column]
+            assert "error" not in entry, (name, column, entry.get("error"))
+            assert entry["outcomes"].get("passed") == entry["tests"], (name, column, entry["outcomes"])
+        assert row["map_kib"] > 0 and "extra_median_ms" in row, row

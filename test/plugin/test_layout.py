@@ -122,6 +122,8 @@ def test_no_module_over_the_limit():
 #:   default watch list from the probe and the CANN modes from cann.
 #: - forks: the fork-server engine both front ends share (channel, serve loop, reaping).
 #: - reports, isolation, python_c: the two front ends and the reports, side by side; see SIBLINGS_APART.
+#: - selection: change-driven selection; its tracer observes run_python calls and writes through the reports'
+#:   atomic write, so it sits above the front ends.
 #: - plugin: the pytest hooks, wiring everything below to pytest.
 #: - the package itself: its __init__ names the public API (NpuLazy, run_python) and loads it on first use,
 #:   so it sits on top, and no module inside imports a name from it (hence version.py at the bottom).
@@ -132,6 +134,7 @@ LAYERS = (
     ("settings", ("settings",)),
     ("forks", ("forks",)),
     ("front ends and reports", ("reports", "isolation", "python_c")),
+    ("selection", ("selection",)),
     ("plugin", ("plugin",)),
     ("tools run beside pytest", ("mutate",)),
     ("the package's public names", ("",)),
