@@ -51,91 +51,216 @@ class ChildHandle:
 
     def lost_parent(self) -> str | None:
         """Why the child died with its zygote, when it did."""
-        if not self.zygote.dead:
+        process = self.zygote.process
+        if not process.dead:
             return None
-        status = self.zygote.death_status()
-        return (f"the zygote (pid {self.zygote.pid}, {self.zygote.label}) died while this test ran, "
+        status = process.death_status()
+        return (f"the zygote (pid {process.pid}, {process.label}) died while this test ran, "
                 f"with {describe_status(status)}; its children died with it. A new zygote serves the next tests.")
 
     def close(self) -> None:
         self.channel.close()
 
 
-@dataclass
-class ZygoteHandle:
-    baseline: Baseline
-    pid: int
-    channel: Channel
-    ready: bool = False
-    error: str | None = None
-    warnings: list[str] = field(default_factory=list)
-    spare: ChildHandle | None = None
-    fork_requested: bool = False
-    exited: dict[int, int] = field(default_factory=dict)
-    dead: bool = False
-    #: asks the root how this zygote ended; set by the pool
-    death_status: Callable[[], int | None] = lambda: None
-    #: the module whose tests it collected (a module zygote, forked from its baseline's zygote); None: the
-    #: baseline's own zygote. The pool asks this, not the label, which zygote it holds
-    module_key: ModuleKey | None = None
-    #: module zygotes this zygote started: key -> (pid, its channel's descriptor)
-    started: dict[str, tuple[int, int]] = field(default_factory=dict)
+class ZygoteProcess:
+    """One zygote process and the pytest process's end of its channel: what it is, whether it is alive.
+
+    It exists so that the socket has one owner: sending to the zygote, reading
+    its next message, and learning that it died (its channel closed, or said
+    something that cannot be trusted) happen here only, and the pid and label
+    that every message to a person names come from here. It knows nothing of
+    what the messages mean: :meth:`receive` hands each to the endpoint's handler.
+    """
+
+    def __init__(self, baseline: Baseline, pid: int, channel: Channel, module_key: ModuleKey | None = None,
+                 death_status: Callable[[], int | None] = lambda: None) -> None:
+        self.baseline = baseline
+        self.pid = pid
+        self.channel = channel
+        #: the module whose tests it collected (a module zygote, forked from its baseline's zygote); None: the
+        #: baseline's own zygote. The pool asks this, not the label, which zygote it holds
+        self.module_key = module_key
+        #: asks its parent how this zygote ended; set by whoever started it
+        self.death_status = death_status
+        self.dead = False
 
     @property
     def label(self) -> str:
         """What it is, for messages to a person."""
         return self.module_key.describe() if self.module_key is not None else self.baseline.label
 
-    # -- the zygote's messages, one handler each (the accepted set is derived from them) -------------------
+    def send(self, message) -> None:
+        send(self.channel, message)
 
-    def on_ready(self, message: messages.TestZygoteReady, fds) -> None:
-        self.ready, self.error = True, message.error
-        self.warnings = list(message.warnings)
-        if message.output.strip():
-            self.warnings.append(f"the zygote's preload {list(self.baseline.preload)} printed:\n"
-                                 + message.output.rstrip())
-
-    def on_child_exited(self, message: messages.ChildExited, fds) -> None:
-        self.exited[message.pid] = message.status
-
-    def on_zygote_started(self, message: messages.ZygoteStarted, fds: list[int]) -> None:
-        self.started[message.key] = (message.pid, fds[0])
-
-    def on_child_forked(self, message: messages.ChildForked, fds: list[int]) -> ChildHandle:
-        self.fork_requested = False
-        return ChildHandle(message.pid, Channel(_socket_from_fd(fds[0])), self)
-
-    def on_fork_refused(self, message: messages.ForkRefused, fds) -> None:
-        self.fork_requested = False
-        raise ZygoteError(f"the zygote ({self.label}) refused to fork: {message.reason}")
-
-    def _pump(self, timeout: float | None) -> ChildHandle | None:
+    def receive(self, endpoint, timeout: float | None):
+        """Read one message within ``timeout`` and return what ``endpoint``'s handler for it returns (None when
+        nothing came). A closed channel, or a ProtocolError (nothing it says can be trusted after that), marks
+        it dead and raises ZygoteError."""
         try:
-            message, fds = Accepts.handled_by(self, *messages.FROM_ZYGOTE).receive(self.channel, timeout)
-        except ChannelClosed as exc:  # a ProtocolError too: nothing it says can be trusted after that
+            message, fds = Accepts.handled_by(endpoint, *messages.FROM_ZYGOTE).receive(self.channel, timeout)
+        except ChannelClosed as exc:
             self.dead = True
             why = f": {exc}" if isinstance(exc, ProtocolError) else ""
             raise ZygoteError(f"the zygote (pid {self.pid}, {self.label}) died{why}") from None
-        return None if message is None else Accepts.dispatch(self, message, fds)
+        return None if message is None else Accepts.dispatch(endpoint, message, fds)
+
+    def close(self) -> None:
+        """Tell it to shut down and close the channel; from now on it counts as dead."""
+        self.dead = True
+        try:
+            send(self.channel, messages.Shutdown())
+        except OSError:
+            pass
+        self.channel.close()
+
+
+@dataclass
+class ZygoteReadiness:
+    """Whether the zygote has finished starting (its preload; a module zygote's collection too), and what that said.
+
+    It exists apart from the process because a zygote is started ahead of the
+    tests that need it: the pool asks whether it is ready, and whether it
+    failed, many times before and after the one message that says so.
+    """
+
+    ready: bool = False
+    #: why the zygote cannot serve its tests (its preload raised), from its TestZygoteReady
+    error: str | None = None
+    #: what it had to say to a person: its own warnings and its preload's output
+    warnings: list[str] = field(default_factory=list)
+
+    def record(self, message: messages.TestZygoteReady, preload) -> None:
+        self.ready, self.error = True, message.error
+        self.warnings = list(message.warnings)
+        if message.output.strip():
+            self.warnings.append(f"the zygote's preload {list(preload)} printed:\n" + message.output.rstrip())
+
+
+class SpareChild:
+    """The one child a zygote keeps forked ahead of the test that takes it, and the one request for it.
+
+    It exists because forking ahead is how a test comes to wait for a message
+    instead of a fork, and that takes two rules kept in one place: at most one
+    ForkChild is outstanding and at most one child waits (a zygote never forks
+    a second one nobody asked for), and a dead zygote is asked for nothing.
+    """
+
+    def __init__(self) -> None:
+        self.child: ChildHandle | None = None
+        self.requested = False
+
+    def ask(self, process: ZygoteProcess) -> None:
+        """Ask the zygote for a child unless one waits, one was asked for, or the zygote is dead."""
+        if not self.requested and self.child is None and not process.dead:
+            process.send(messages.ForkChild())
+            self.requested = True
+
+    def answered(self) -> None:
+        """The zygote answered the request: it forked (the child comes to :meth:`keep`) or refused."""
+        self.requested = False
+
+    def keep(self, child: ChildHandle) -> None:
+        self.child = child
+
+    def take(self) -> ChildHandle | None:
+        child, self.child = self.child, None
+        return child
+
+    def close(self) -> None:
+        """Its zygote goes: a child waiting for a test goes with it."""
+        if self.child is not None:
+            self.child.close()
+            self.child = None
+
+
+class ZygoteRecords:
+    """What the zygote said about processes it forked, kept until the wait that wants it collects it.
+
+    It exists because those messages come whenever the channel is read, often
+    while the pool waits for something else (a child's exit status arrives
+    while the next child is being forked): a test child's exit status by pid,
+    and a module zygote it started (its pid and channel) by key.
+    """
+
+    def __init__(self) -> None:
+        self._exits: dict[int, int] = {}
+        self._started: dict[str, tuple[int, int]] = {}
+
+    def exited(self, pid: int, status: int) -> None:
+        self._exits[pid] = status
+
+    def has_exited(self, pid: int) -> bool:
+        return pid in self._exits
+
+    def exit_status(self, pid: int) -> int | None:
+        """The child's wait status, taken (None when it was not reported)."""
+        return self._exits.pop(pid, None)
+
+    def zygote_started(self, key: str, pid: int, fd: int) -> None:
+        self._started[key] = (pid, fd)
+
+    def has_started(self, key: str) -> bool:
+        return key in self._started
+
+    def take_started(self, key: str) -> tuple[int, int]:
+        """The module zygote's pid and its channel's descriptor, taken."""
+        return self._started.pop(key)
+
+
+class ZygoteHandle:
+    """One zygote as the pool holds it: its process, its readiness, its spare child, its records.
+
+    It exists because the zygote answers everything on one channel, in the
+    order things happen: every wait (for readiness, a child, an exit status,
+    a module zygote) reads whatever comes and routes each message to the part
+    it concerns (one ``on_<kind>`` handler each), until the part it waits on
+    has what it wants.
+    """
+
+    def __init__(self, process: ZygoteProcess) -> None:
+        self.process = process
+        self.readiness = ZygoteReadiness()
+        self.spare = SpareChild()
+        self.records = ZygoteRecords()
+
+    # -- the zygote's messages, one handler each (the accepted set is derived from them) -------------------
+
+    def on_ready(self, message: messages.TestZygoteReady, fds) -> None:
+        self.readiness.record(message, self.process.baseline.preload)
+
+    def on_child_exited(self, message: messages.ChildExited, fds) -> None:
+        self.records.exited(message.pid, message.status)
+
+    def on_zygote_started(self, message: messages.ZygoteStarted, fds: list[int]) -> None:
+        self.records.zygote_started(message.key, message.pid, fds[0])
+
+    def on_child_forked(self, message: messages.ChildForked, fds: list[int]) -> ChildHandle:
+        self.spare.answered()
+        return ChildHandle(message.pid, Channel(_socket_from_fd(fds[0])), self)
+
+    def on_fork_refused(self, message: messages.ForkRefused, fds) -> None:
+        self.spare.answered()
+        raise ZygoteError(f"the zygote ({self.process.label}) refused to fork: {message.reason}")
+
+    def _pump(self, timeout: float | None) -> ChildHandle | None:
+        return self.process.receive(self, timeout)
 
     def poll(self) -> None:
         """Read one message it has sent, if any, without waiting: a zygote started ahead of its tests
         says TestZygoteReady while another module's tests run, and nobody waits on its channel then."""
-        if not self.ready:
+        if not self.readiness.ready:
             self._pump(0)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
-        while not self.ready:
+        while not self.readiness.ready:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ZygoteError(f"the zygote ({self.label}) was not ready within {timeout:.0f} s")
+                raise ZygoteError(f"the zygote ({self.process.label}) was not ready within {timeout:.0f} s")
             self._pump(remaining)
 
     def request_fork(self) -> None:
-        if not self.fork_requested and self.spare is None and not self.dead:
-            send(self.channel, messages.ForkChild())
-            self.fork_requested = True
+        self.spare.ask(self.process)
 
     def _pump_until(self, done: Callable[[], bool], doing: str) -> None:
         """Read this zygote's messages until ``done()``, or raise ZygoteError naming what it did not do in time."""
@@ -143,22 +268,22 @@ class ZygoteHandle:
         while not done():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ZygoteError(f"the zygote ({self.label}) did not {doing} within {FORK_TIMEOUT:.0f} s")
+                raise ZygoteError(f"the zygote ({self.process.label}) did not {doing} within {FORK_TIMEOUT:.0f} s")
             child = self._pump(remaining)
             if child is not None:
-                self.spare = child
+                self.spare.keep(child)
 
     def take_child(self) -> ChildHandle:
-        if self.spare is None:
+        if self.spare.child is None:
             self.request_fork()
-            self._pump_until(lambda: self.spare is not None, "fork")
-        child, self.spare = self.spare, None
+            self._pump_until(lambda: self.spare.child is not None, "fork")
+        child = self.spare.take()
         self.request_fork()  # the next test's child is forked while this one runs
         return child
 
     def exit_status(self, pid: int, timeout: float) -> int | None:
         deadline = time.monotonic() + timeout
-        while pid not in self.exited and not self.dead:
+        while not self.records.has_exited(pid) and not self.process.dead:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
@@ -167,27 +292,20 @@ class ZygoteHandle:
             except ZygoteError:
                 return None
             if child is not None:
-                self.spare = child
-        return self.exited.pop(pid, None)
+                self.spare.keep(child)
+        return self.records.exit_status(pid)
 
     def start_module(self, start: messages.StartModuleZygote, key: ModuleKey) -> "ZygoteHandle":
         """Ask this zygote to fork ``key``'s module zygote; its handle (it may still be collecting)."""
-        send(self.channel, start)
-        self._pump_until(lambda: start.key in self.started, f"start a {key.describe()}")
-        pid, fd = self.started.pop(start.key)
-        return ZygoteHandle(self.baseline, pid, Channel(_socket_from_fd(fd)), module_key=key,
-                            death_status=lambda: self.exit_status(pid, 5.0))
+        self.process.send(start)
+        self._pump_until(lambda: self.records.has_started(start.key), f"start a {key.describe()}")
+        pid, fd = self.records.take_started(start.key)
+        return ZygoteHandle(ZygoteProcess(self.process.baseline, pid, Channel(_socket_from_fd(fd)), module_key=key,
+                                          death_status=lambda: self.exit_status(pid, 5.0)))
 
     def close(self) -> None:
-        self.dead = True  # a prepared child of it is not handed out any more
-        if self.spare is not None:
-            self.spare.close()
-            self.spare = None
-        try:
-            send(self.channel, messages.Shutdown())
-        except OSError:
-            pass
-        self.channel.close()
+        self.spare.close()
+        self.process.close()  # dead from here on: a child prepared from it is not handed out any more
 
 
 def _socket_from_fd(fd: int) -> socket.socket:
@@ -226,18 +344,18 @@ class ZygotePool:
         test's timeout: a preload that hangs, say ``import torch_npu`` stuck in a lock, fails that test with a
         report that says so, instead of holding the session for READY_TIMEOUT)."""
         zygote = self._zygotes.get(baseline)
-        if zygote is None or zygote.dead:
+        if zygote is None or zygote.process.dead:
             if zygote is not None:
                 zygote.close()
             zygote = self._zygotes[baseline] = self._start_zygote(baseline)
-        if wait and not zygote.ready:
+        if wait and not zygote.readiness.ready:
             try:
                 zygote.wait_ready(timeout or READY_TIMEOUT)
             except ZygoteError as exc:
                 raise ZygoteError(f"{exc}: its preload of {', '.join(baseline.preload) or 'nothing'} did not finish "
                                   "within the test's timeout (--npu-lazy-timeout); the next test waits for it "
                                   "again") from None
-            for text in zygote.warnings:
+            for text in zygote.readiness.warnings:
                 self._warn(text)
         return zygote
 
@@ -258,7 +376,8 @@ class ZygotePool:
         if started is None:
             raise ZygoteError(f"the root zygote did not answer within {FORK_TIMEOUT:.0f} s")
         channel = Channel(_socket_from_fd(fds[0]))
-        return ZygoteHandle(baseline, started.pid, channel, death_status=lambda: self._zygote_status(started.pid))
+        return ZygoteHandle(ZygoteProcess(baseline, started.pid, channel,
+                                          death_status=lambda: self._zygote_status(started.pid)))
 
     def _from_root(self, wanted: Callable[[object], bool], timeout: float):
         """The root channel's one reader: records every zygote exit, returns the first message ``wanted``
@@ -301,16 +420,16 @@ class ZygotePool:
     def child(self, item, settings) -> ChildHandle:
         """A forked child that was sent ``item``'s Prepare (the Launcher contract of the controller)."""
         prepared = self._prepared.pop(item.nodeid, None)
-        if prepared is not None and not prepared.zygote.dead:
-            if prepared.zygote.module_key is not None:
-                self.modules.serving(prepared.zygote.module_key)
+        if prepared is not None and not prepared.zygote.process.dead:
+            if prepared.zygote.process.module_key is not None:
+                self.modules.serving(prepared.zygote.process.module_key)
             return prepared
         if prepared is not None:  # its zygote died (or was stopped) since: it went with it
             prepared.close()
         zygote = self._zygote_for(item, settings, wait=True)
-        if zygote.error:
-            raise ZygoteError(f"{settings.baseline.label} could not be prepared: {zygote.error}")
-        key = zygote.module_key
+        if zygote.readiness.error:
+            raise ZygoteError(f"{settings.baseline.label} could not be prepared: {zygote.readiness.error}")
+        key = zygote.process.module_key
         try:
             child = zygote.take_child()
         except ZygoteError:
@@ -335,14 +454,14 @@ class ZygotePool:
         """The baseline's zygote if it has finished its preload without error: only then is it asked for
         anything ahead of a test (a preload still running is waited for by the test that needs it)."""
         base = self._zygotes.get(baseline)
-        return base if base is not None and base.ready and not base.error else None
+        return base if base is not None and base.readiness.ready and not base.readiness.error else None
 
     def _prepare_child(self, item, settings) -> None:
         if item.nodeid in self._prepared or self._ready_base(settings.baseline) is None:
             return
         try:
             zygote = self._zygote_for(item, settings, wait=False)
-            if not zygote.ready:
+            if not zygote.readiness.ready:
                 return  # a module zygote still collecting: the test takes its child when it is ready
             child = zygote.take_child()  # the fork asked for a moment ago: waiting overlaps the running test
         except ZygoteError:
@@ -370,22 +489,22 @@ class ZygotePool:
         """
         key = module_key(item, settings) if self.modules.enabled and settings.isolation == "fork" else None
         current = self.modules.peek(key) if key is not None else None
-        if current is None or not current.ready:
+        if current is None or not current.readiness.ready:
             return
         for run in self.modules.ahead_of(key):
             zygote = self.modules.peek(run.key)
-            if zygote is not None and zygote.ready:
+            if zygote is not None and zygote.readiness.ready:
                 continue
             if zygote is None and (not self.modules.usable(run.key) or not self.modules.room_ahead()
                                    or self._ready_base(run.settings.baseline) is None):
                 return
             try:
                 zygote = self._zygote_for(run.item, run.settings, wait=False)  # started, or polled
-                if zygote.ready and zygote.module_key is not None and not zygote.error:
+                if zygote.readiness.ready and zygote.process.module_key is not None and not zygote.readiness.error:
                     zygote.request_fork()  # its first test's spare child, forked now
             except (ZygoteError, OSError):
                 return  # that module's first test finds out, as it did before it was started ahead
-            if not zygote.ready:
+            if not zygote.readiness.ready:
                 return  # one import at a time
 
     def release(self, item, settings) -> None:
@@ -397,10 +516,10 @@ class ZygotePool:
         """The zygote to fork ``item``'s child from: its module zygote where one can serve, else its baseline's."""
         base = self._zygote(settings.baseline, timeout=settings.timeout)
         key = module_key(item, settings) if self.modules.enabled else None
-        if key is None or not self.modules.usable(key) or base.error:
+        if key is None or not self.modules.usable(key) or base.readiness.error:
             return base
         zygote = self.modules.get(key)
-        if zygote is None or zygote.dead:
+        if zygote is None or zygote.process.dead:
             if zygote is not None:
                 self.modules.close(key)
             self.modules.room_for_one()
@@ -412,16 +531,16 @@ class ZygotePool:
                 self.modules.start_failed(key)
                 return base
             self.modules.add(key, zygote)
-        if not zygote.ready:
+        if not zygote.readiness.ready:
             try:  # within the test's timeout: past it, the test's own child shows where the import hangs
                 zygote.wait_ready(settings.timeout or READY_TIMEOUT) if wait else zygote.poll()
             except ZygoteError:
                 self.modules.give_up(key)
                 return base
-        if zygote.ready and not self.modules.seen_ready(key):  # once, the first time it is seen ready
-            for text in zygote.warnings:
+        if zygote.readiness.ready and not self.modules.seen_ready(key):  # once, the first time it is seen ready
+            for text in zygote.readiness.warnings:
                 self._warn(text)
-            self.modules.measured(key, zygote.pid)
+            self.modules.measured(key, zygote.process.pid)
         return zygote
 
     def shutdown(self) -> None:
