@@ -20,7 +20,7 @@ def _endpoints():
     """Every endpoint that dispatches isolation's messages by kind, with what it must accept (messages.py's
     docstring, by direction)."""
     from pytest_npu_lazy.isolation.pytest_side.controller import ChildRun
-    from pytest_npu_lazy.isolation.pytest_side.pool import ZygoteHandle
+    from pytest_npu_lazy.isolation.pytest_side.handles import ZygoteHandle
     from pytest_npu_lazy.isolation.zygote_side.server import IsolationZygoteServer, ModuleZygoteServer, RootServer
 
     return {RootServer: {"start_zygote", "shutdown"},
@@ -69,7 +69,7 @@ def test_kinds_are_unique_and_every_kind_is_accepted_somewhere():
 def _direction(endpoint) -> tuple:
     """The messages that may travel to an endpoint: one list per direction (messages.py)."""
     from pytest_npu_lazy.isolation.pytest_side.controller import ChildRun
-    from pytest_npu_lazy.isolation.pytest_side.pool import ZygoteHandle
+    from pytest_npu_lazy.isolation.pytest_side.handles import ZygoteHandle
     from pytest_npu_lazy.isolation.zygote_side.server import RootServer
 
     return (messages.TO_ROOT if endpoint is RootServer else messages.FROM_ZYGOTE if endpoint is ZygoteHandle
