@@ -8,21 +8,34 @@ module zygote's import of the test module); the segments of a test are its phase
 zygote and its children are forks, the lineage travels with them in memory: an isolated child's
 evidence holds what its zygote ran for it, as an in-process test's holds what collection ran.
 
-A Python process a test starts (``python -c``, a ``subprocess`` of any Python, ``run_python``) or a
-fork it makes (``os.fork``, multiprocessing's fork) runs code whose lines never come home; the test
-is marked *opaque* with what it started, and the selection then cannot rule it out for any change
-of a watched package.
+A Python process a test starts (``python -c``, Inductor's ISA check, a compile worker) measures
+itself: while a test runs, this package's ``site`` folder is first on ``PYTHONPATH`` (and last on
+``sys.path``, which Inductor's helpers pass on as their ``PYTHONPATH``), and its
+``sitecustomize`` starts the same measurement in the new interpreter and writes its lines, at exit,
+into a folder of the test's (:func:`measure_this_process`); they join the test as its phase
+``subprocess``. What does not come home (a Python started with ``-I`` or ``-S``, a process killed, one
+still running when the test ends, a fork, a ``run_python`` child) makes the test *opaque*, named with
+what it started, and the selection cannot rule it out for any change of a watched package.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 #: the lineage's name in a test's evidence
 LINEAGE = "lineage"
+#: the phase of what the Python processes a test started ran
+SUBPROCESS = "subprocess"
+#: while a test runs: where its Python processes write their lines, and the watched packages' directories
+SUBPROCESS_DIR_ENV = "PYTEST_NPU_LAZY_MAP_SUBPROCESS"
+ROOTS_ENV = "PYTEST_NPU_LAZY_MAP_ROOTS"
+SITE_DIR = Path(__file__).with_name("site")
 #: coverage.py warnings that say nothing about the map (no line of a watched package ran yet...)
 _QUIET_COVERAGE = ["no-data-collected", "module-not-imported", "module-not-measured", "already-imported",
                    "include-ignored", "no-ctracer", "dynamic-conflict", "couldnt-parse"]
@@ -43,11 +56,14 @@ class EvidenceTracer:
     """One per process that runs tests; forks inherit it, measuring on."""
 
     def __init__(self, roots: dict[str, Path]) -> None:
-        import coverage
+        from .sources import SelectionError
 
+        try:
+            import coverage
+        except ImportError:
+            raise SelectionError("--npu-lazy-take-map measures with coverage.py, which is not installed here: "
+                                 "pip install 'pytest-npu-lazy[map]' (or coverage).") from None
         if coverage.Coverage.current() is not None:
-            from .sources import SelectionError
-
             raise SelectionError(
                 "--npu-lazy-take-map measures with coverage.py and cannot run beside another coverage "
                 "measurement (pytest-cov's --cov, coverage run): it would pause that one. Take the map in a "
@@ -66,6 +82,10 @@ class EvidenceTracer:
         self.phase: str | None = None
         self.phases: dict[str, dict[str, set[int]]] = {}
         self.opaque: list[str] = []
+        self.roots = [str(root) for root in roots.values()]
+        self.pythons = 0
+        self.outbox: str | None = None
+        self._saved_env: dict[str, str | None] = {}
 
     def map_path(self, filename: str) -> str | None:
         """``torch_npu/utils/_dynamo.py`` for a file of a watched package; None for any other."""
@@ -106,7 +126,39 @@ class EvidenceTracer:
 
     def begin_test(self, nodeid: str) -> None:
         self._file(self._cut(), self.lineage)
-        self.test, self.phase, self.phases, self.opaque = nodeid, "setup", {}, []
+        self.test, self.phase, self.phases, self.opaque, self.pythons = nodeid, "setup", {}, [], 0
+        self.outbox = tempfile.mkdtemp(prefix="npu-lazy-map-")
+        self._saved_env = {name: os.environ.get(name) for name in (SUBPROCESS_DIR_ENV, ROOTS_ENV, "PYTHONPATH")}
+        os.environ[SUBPROCESS_DIR_ENV] = self.outbox
+        os.environ[ROOTS_ENV] = os.pathsep.join(self.roots)
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), *filter(None, [self._saved_env["PYTHONPATH"]])])
+        # Inductor's helpers (its ISA probe, its compile workers) pass this process's sys.path as PYTHONPATH
+        sys.path.append(str(SITE_DIR))
+
+    def _collect_subprocesses(self) -> None:
+        """The lines the test's Python processes wrote home; those that wrote nothing make the test opaque."""
+        while str(SITE_DIR) in sys.path:
+            sys.path.remove(str(SITE_DIR))
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        measured = 0
+        if self.outbox is not None:
+            for entry in sorted(os.listdir(self.outbox)):
+                try:
+                    with open(os.path.join(self.outbox, entry), encoding="utf-8") as handle:
+                        files = json.load(handle)
+                except (OSError, ValueError):
+                    continue
+                measured += 1
+                into = self.phases.setdefault(SUBPROCESS, {})
+                for path, runs in files.items():
+                    into.setdefault(path, set()).update(n for first, last in runs for n in range(first, last + 1))
+            shutil.rmtree(self.outbox, ignore_errors=True)
+        if self.pythons > measured:
+            self.opaque.append(f"python ({self.pythons - measured} of {self.pythons} started sent no lines home)")
 
     def switch(self, phase: str) -> None:
         """A phase of the running test begins (pytest's setup, call, teardown, or a probe phase)."""
@@ -121,6 +173,7 @@ class EvidenceTracer:
     def end_test(self) -> dict[str, Any]:
         """The test's evidence, as plain data for its teardown report; measuring goes on, for the lineage."""
         self._file(self._cut(), self.phases.setdefault(self.phase or "teardown", {}))
+        self._collect_subprocesses()
         evidence = {
             "phases": {phase: {path: ranges(lines) for path, lines in sorted(files.items())}
                        for phase, files in self.phases.items() if files},
@@ -129,12 +182,52 @@ class EvidenceTracer:
             "opaque": sorted(set(self.opaque)),
             "pid": os.getpid(),
         }
-        self.test, self.phase, self.phases, self.opaque = None, None, {}, []
+        self.test, self.phase, self.phases, self.opaque, self.outbox = None, None, {}, [], None
         return evidence
 
     def spawned(self, program: str) -> None:
-        if self.test is not None:
+        """A test started something whose lines come home only if it is a Python that measures itself."""
+        if self.test is None:
+            return
+        if program == "python":
+            self.pythons += 1
+        else:
             self.opaque.append(program)
+
+
+def measure_this_process() -> None:
+    """In a Python process a map-taking test started (``site/sitecustomize.py``): measure the watched packages
+    from now on and, at exit, write the lines into the test's folder, as one JSON file of this process."""
+    outbox, roots = os.environ.get(SUBPROCESS_DIR_ENV), os.environ.get(ROOTS_ENV)
+    if not outbox or not roots or not os.path.isdir(outbox):
+        return
+    import atexit
+
+    import coverage
+
+    directories = [Path(root) for root in roots.split(os.pathsep) if root]
+    measure = coverage.Coverage(data_file=None, config_file=False, auto_data=False,
+                                include=[f"{root}{os.sep}*" for root in directories])
+    measure.set_option("run:disable_warnings", _QUIET_COVERAGE)
+    measure.npu_lazy_in_memory = True
+    measure.start()
+    parents = {str(root.parent): root.name for root in directories}
+
+    def write_home() -> None:
+        measure.stop()
+        data = measure.get_data()
+        files = {}
+        for filename in data.measured_files():
+            path = os.path.realpath(filename)
+            for parent, package in parents.items():
+                if path.startswith(os.path.join(parent, package) + os.sep):
+                    files[os.path.relpath(path, parent).replace(os.sep, "/")] = ranges(data.lines(filename) or ())
+        handle, temporary = tempfile.mkstemp(dir=outbox, prefix=".", suffix=".tmp")
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(files, out)
+        os.replace(temporary, os.path.join(outbox, f"{os.getpid()}.json"))
+
+    atexit.register(write_home)
 
 
 def _is_python(program: str) -> bool:
@@ -159,7 +252,7 @@ def _watch_spawns(tracer: EvidenceTracer) -> None:
     def fork_exec(args, executable_list, *rest):
         programs = [program_of(args)] + [os.fsdecode(e) for e in (executable_list or ())][:1]
         if any(_is_python(p) for p in programs):
-            tracer.spawned(os.path.basename(programs[0]))
+            tracer.spawned("python")
         return original_fork_exec(args, executable_list, *rest)
 
     _posixsubprocess.fork_exec = fork_exec
@@ -172,7 +265,7 @@ def _watch_spawns(tracer: EvidenceTracer) -> None:
 
         def spawn(path, argv, *args, __original=original, **kwargs):
             if _is_python(os.fsdecode(path)):
-                tracer.spawned(os.path.basename(os.fsdecode(path)))
+                tracer.spawned("python")
             return __original(path, argv, *args, **kwargs)
 
         setattr(os, name, spawn)

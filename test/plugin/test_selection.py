@@ -70,7 +70,11 @@ def test_nothing():
 
 
 def test_python_subprocess():
-    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    subprocess.run([sys.executable, "-c", "import watched; watched.unused()"], check=True)
+
+
+def test_unmeasured_python():
+    subprocess.run([sys.executable, "-I", "-c", "pass"], check=True)  # -I: no PYTHONPATH, no site measuring
 
 
 @pytest.mark.skip(reason="needs nothing: skipped before it runs")
@@ -96,8 +100,8 @@ def suite(pytester: pytest.Pytester, run_pytest):
     pytester.makeini("[pytest]\nnpu_lazy_map_packages = watched\n")
     pytester.syspathinsert()
     run = run_pytest("-p", "npu_lazy", "--npu-lazy-take-map")
-    run.result.assert_outcomes(passed=5, skipped=1, failed=1)
-    assert "selection map of 7 tests written" in run.text()
+    run.result.assert_outcomes(passed=6, skipped=1, failed=1)
+    assert "selection map of 8 tests written" in run.text()
     assert "1 without evidence" in run.text()
     return pytester
 
@@ -125,7 +129,11 @@ def test_the_map_keeps_each_phases_lines_in_process_and_isolated(suite):
     assert _lines(data, "test_fixture_only", "call") == set()
     assert _lines(data, "test_isolated_in_a_phase", "open") == {20}  # the probe's phase, in the child
     assert {1, 4, 10, 14, 18, 19} <= _lines(data, "test_used", "lineage")  # the import, at collection
-    assert data["tests"]["test_watched.py::test_python_subprocess"]["opaque"] == [sys.executable.rsplit("/", 1)[-1]]
+    in_subprocess = _lines(data, "test_python_subprocess", "subprocess")  # measured there, sent home
+    assert 11 in in_subprocess and 1 in in_subprocess and 5 not in in_subprocess  # its import, unused(), not used()
+    assert data["tests"]["test_watched.py::test_python_subprocess"]["opaque"] == []
+    assert data["tests"]["test_watched.py::test_unmeasured_python"]["opaque"] == [
+        "python (1 of 1 started sent no lines home)"]
     assert data["files"]["watched/__init__.py"]["functions"] == [
         ["used", 5, 7], ["unused", 11, 11], ["in_fixture", 15, 15], ["Box.opened", 20, 20]]
 
@@ -135,8 +143,8 @@ def test_a_change_in_a_function_selects_the_tests_that_ran_it(suite, run_pytest)
     run = run_pytest("-p", "npu_lazy", "--npu-lazy-changed=used.diff")
     # line 7 itself never ran: its function did, so its test is selected; so are the opaque test and the one
     # without evidence
-    assert sorted(n.split("::")[1] for n in run.outcomes) == ["test_child_dies", "test_python_subprocess", "test_used"]
-    assert "3 of the map's 7 tests can see the change" in run.text()
+    assert sorted(n.split("::")[1] for n in run.outcomes) == ["test_child_dies", "test_unmeasured_python", "test_used"]
+    assert "3 of the map's 8 tests can see the change" in run.text()
     assert "watched/__init__.py:used: 1 tests ran it" in run.text()
 
 
@@ -151,15 +159,16 @@ def test_fixtures_and_probe_phases_count(suite):
 def test_a_function_no_test_runs_selects_only_the_tests_it_cannot_rule_out(suite):
     (suite.path / "unused.diff").write_text(_diff("watched/__init__.py", 11, "    return 3", "    return 33"))
     result = _select(suite, "unused.diff", "--as", "explain")
-    assert "test_watched.py::test_python_subprocess\n    ran code in python" in result.stdout
+    assert "test_watched.py::test_python_subprocess\n    ran watched/__init__.py:unused (subprocess)" in result.stdout
+    assert "test_watched.py::test_unmeasured_python\n    ran code in python (1 of 1 started" in result.stdout
     assert "test_watched.py::test_child_dies\n    failed without evidence" in result.stdout
-    assert "2 of 7 tests" in result.stdout
-    assert "unused: 0 tests ran it" in _select(suite, "unused.diff", "--as", "explain").stdout
+    assert "3 of 8 tests" in result.stdout
+    assert "unused: 1 tests ran it" in result.stdout
 
 
 def test_a_module_level_change_selects_every_test_that_imported_it(suite):
     (suite.path / "level.diff").write_text(_diff("watched/__init__.py", 1, "LEVEL = 1", "LEVEL = 2"))
-    assert len(_select(suite, "level.diff").stdout.split()) == 7  # collection imported it for the skipped one too
+    assert len(_select(suite, "level.diff").stdout.split()) == 8  # collection imported it for the skipped one too
 
 
 @pytest.mark.parametrize("case, expected", [
@@ -176,7 +185,7 @@ def test_what_cannot_be_ruled_out_selects_everything_and_says_why(suite, case, e
         (suite.path / "used.diff").write_text(_diff("watched/__init__.py", 7, "    return 2", "    return 22"))
         change = "used.diff"
     result = _select(suite, change)
-    assert len(result.stdout.split()) == 7
+    assert len(result.stdout.split()) == 8
     assert expected in result.stderr
 
 
@@ -185,12 +194,12 @@ def test_a_diff_of_other_sources_falls_back_to_the_tests_that_loaded_the_file(su
             _diff("watched/__init__.py", 11, "    return 3", "    return 33"))
     out = _select(suite, "-", "--as", "explain", stdin=diff).stdout
     assert "is not the source the map was taken on" in out
-    assert "7 of 7 tests" in out
+    assert "8 of 8 tests" in out
 
 
 def test_test_files_and_conftest(suite):
-    assert _select(suite, "test_watched.py").stdout.count("test_watched.py::") == 7
-    assert _select(suite, "conftest.py").stdout.count("test_watched.py::") == 7
+    assert _select(suite, "test_watched.py").stdout.count("test_watched.py::") == 8
+    assert _select(suite, "conftest.py").stdout.count("test_watched.py::") == 8
     new = _select(suite, "test_new.py", "--as", "files")
     assert new.stdout.split() == ["test_watched.py", "test_new.py"]  # the dead child's file: nothing rules it out
 
@@ -215,13 +224,13 @@ def test_git_range_revision_and_stdin_name_the_same_change(suite, run_pytest):
     diff = subprocess.run(["git", "diff", "HEAD~1"], cwd=suite.path, capture_output=True, text=True).stdout
     by_stdin = _select(suite, "-", stdin=diff).stdout.split()
     assert against_tree == by_range == by_stdin == ["test_watched.py::test_fixture_only",
-                                                    "test_watched.py::test_python_subprocess",
+                                                    "test_watched.py::test_unmeasured_python",
                                                     "test_watched.py::test_child_dies"]
     # pytest reads the diff from its stdin, which its capture holds; the change breaks the selected test
     pytest_run = subprocess.run([sys.executable, "-m", "pytest", "-p", "npu_lazy", "-p", "no:cacheprovider",
                                  "--npu-lazy-changed=-", "-q"], cwd=suite.path, input=diff, capture_output=True,
                                 text=True, timeout=300)
-    assert "2 failed, 1 passed, 4 deselected" in pytest_run.stdout, pytest_run.stdout + pytest_run.stderr
+    assert "2 failed, 1 passed, 5 deselected" in pytest_run.stdout, pytest_run.stdout + pytest_run.stderr
     assert "FAILED test_watched.py::test_fixture_only - assert 44 == 4" in pytest_run.stdout
     unknown = _select(suite, "nosuchbranch..HEAD")
     assert unknown.returncode == 2 and "'nosuchbranch' is not a revision" in unknown.stderr
@@ -232,12 +241,12 @@ def test_under_xdist_the_map_is_whole_and_workers_select_alike(suite, run_pytest
     whole = _map(suite)
     (suite.path / ".npu-lazy-map.json").unlink()
     run = run_pytest("-p", "npu_lazy", "--npu-lazy-take-map", "-n", "2")
-    run.result.assert_outcomes(passed=5, skipped=1, failed=1)
+    run.result.assert_outcomes(passed=6, skipped=1, failed=1)
     assert _map(suite)["tests"].keys() == whole["tests"].keys()
     assert _lines(_map(suite), "test_used", "call") == {5, 6}
     (suite.path / "used.diff").write_text(_diff("watched/__init__.py", 7, "    return 2", "    return 22"))
     run = run_pytest("-p", "npu_lazy", "--npu-lazy-changed=used.diff", "-n", "2")
-    assert sorted(n.split("::")[1] for n in run.outcomes) == ["test_child_dies", "test_python_subprocess", "test_used"]
+    assert sorted(n.split("::")[1] for n in run.outcomes) == ["test_child_dies", "test_unmeasured_python", "test_used"]
 
 
 @pytest.mark.parametrize("setup, args, message", [
