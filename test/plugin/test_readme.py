@@ -59,8 +59,9 @@ def _plugin_env_vars() -> set[str]:
     """Every PYTEST_NPU_LAZY_* variable the plugin's code names, but the ones it sets for its own processes.
 
     Those are the child's descriptor, the run's Inductor cache directory (the outermost pytest process names it
-    to the workers and nested runs it starts) and the mutation runner's plan and results file: the runner (a
-    tool beside pytest, with its own --help) sets them for the processes of each run it starts; no user sets them.
+    to the workers and nested runs it starts), the selection map's folder and package directories for the Python
+    processes a map-taking test starts, and the mutation runner's plan and results file: the runner (a tool
+    beside pytest, with its own --help) sets them for the processes of each run it starts; no user sets them.
     """
     package = Path(__file__).resolve().parents[2] / "pytest_npu_lazy"
     names = set()
@@ -68,7 +69,8 @@ def _plugin_env_vars() -> set[str]:
         if "mutate" in source.relative_to(package).parts:
             continue
         names.update(re.findall(r"PYTEST_NPU_LAZY_[A-Z_]+", source.read_text()))
-    return names - {"PYTEST_NPU_LAZY_CHILD_FD", "PYTEST_NPU_LAZY_INDUCTOR_RUN_DIR"}
+    return names - {"PYTEST_NPU_LAZY_CHILD_FD", "PYTEST_NPU_LAZY_INDUCTOR_RUN_DIR", "PYTEST_NPU_LAZY_MAP_SUBPROCESS",
+                     "PYTEST_NPU_LAZY_MAP_ROOTS"}
 
 
 def test_every_option_ini_key_and_env_var_is_in_the_options_table_and_help(pytester):
