@@ -9,7 +9,7 @@ checks it):
 
 - :mod:`.errors`, :mod:`.compat` (every pytest internal used), :mod:`.version`,
   :mod:`.torch_build` and :mod:`.torch_source` (torch's build, and where to get
-  the CPU one): the foundation;
+  the CPU one), :mod:`.site_chain` (what this package's sitecustomize files do last): the foundation;
 - :mod:`.cann`: the CANN host stub and the emulated NPU, active before torch loads;
 - :mod:`.probe`: what a test loaded, when and why; the ``npu_lazy`` fixture;
 - :mod:`.settings`: marker, command line, environment and ini, resolved once;

@@ -128,7 +128,7 @@ def test_no_module_over_the_limit():
 #: - the package itself: its __init__ names the public API (NpuLazy, run_python) and loads it on first use,
 #:   so it sits on top, and no module inside imports a name from it (hence version.py at the bottom).
 LAYERS = (
-    ("foundation", ("errors", "compat", "version", "torch_build", "torch_source")),
+    ("foundation", ("errors", "compat", "version", "torch_build", "torch_source", "site_chain")),
     ("cann", ("cann",)),
     ("probe", ("probe",)),
     ("settings", ("settings",)),

@@ -5,23 +5,8 @@ This folder is first on PYTHONPATH only while a test runs under --npu-lazy-take-
 """
 
 import os
-import sys
 
-
-def _chain_to_the_next_sitecustomize() -> None:
-    here = os.path.dirname(os.path.abspath(__file__))
-    this = sys.modules.pop("sitecustomize", None)
-    saved = sys.path[:]
-    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    try:
-        import sitecustomize  # noqa: F401 - the environment's own, if any
-    except ImportError:
-        pass
-    finally:
-        sys.path[:] = saved
-        if this is not None:
-            sys.modules.setdefault("sitecustomize", this)
-
+from pytest_npu_lazy.site_chain import chain_to_the_next_sitecustomize
 
 try:
     from pytest_npu_lazy.selection.tracer import measure_this_process
@@ -30,4 +15,4 @@ try:
 except Exception:  # a process that cannot measure itself sends nothing home: its test stays opaque
     pass
 finally:
-    _chain_to_the_next_sitecustomize()
+    chain_to_the_next_sitecustomize(os.path.dirname(os.path.abspath(__file__)))
