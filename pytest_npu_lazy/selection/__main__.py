@@ -74,5 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _main_quietly_into_a_closed_pipe() -> int:
+    """``... --as explain | head``: a reader that stops early is no error."""
+    try:
+        return main()
+    except BrokenPipeError:
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_main_quietly_into_a_closed_pipe())

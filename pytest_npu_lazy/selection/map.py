@@ -67,15 +67,21 @@ class TestEntry:
     opaque: list[str] = field(default_factory=list)
     #: False: the test ran nowhere this map could measure (skipped before it ran, a child that died)
     evidence: bool = True
+    #: the process it ran in (a token; an isolated test's child is one of its own) and its place among that
+    #: process's tests: a test run in-process inherits what the earlier ones left (a run-once set-up, a cache)
+    process: str | None = None
+    order: int = 0
 
     def to_dict(self) -> dict:
         return {"outcome": self.outcome, "phases": self.phases, "lineage": self.lineage,
-                "preloaded": self.preloaded, "opaque": self.opaque, "evidence": self.evidence}
+                "preloaded": self.preloaded, "opaque": self.opaque, "evidence": self.evidence,
+                "process": self.process, "order": self.order}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TestEntry":
         return cls(str(data["outcome"]), dict(data["phases"]), data.get("lineage"),
-                   list(data.get("preloaded", [])), list(data.get("opaque", [])), bool(data.get("evidence", True)))
+                   list(data.get("preloaded", [])), list(data.get("opaque", [])), bool(data.get("evidence", True)),
+                   data.get("process"), int(data.get("order", 0)))
 
 
 @dataclass
@@ -104,7 +110,8 @@ class SelectionMap:
         phases = {phase: key for phase, files in evidence.get("phases", {}).items()
                   if (key := self.store(files)) is not None}
         self.tests[nodeid] = TestEntry(outcome, phases, self.store(evidence.get("lineage", {})),
-                                       list(evidence.get("preloaded", [])), list(evidence.get("opaque", [])))
+                                       list(evidence.get("preloaded", [])), list(evidence.get("opaque", [])),
+                                       process=evidence.get("process"), order=int(evidence.get("order", 0)))
 
     def seen_files(self) -> set[str]:
         return {path for files in self.evidence.values() for path in files} | {
@@ -132,6 +139,16 @@ class SelectionMap:
             if index >= 0 and runs[index][1] >= first:
                 return phase
         return None
+
+    def later_in_process(self, nodeids) -> dict[str, str]:
+        """The tests that ran in the same process after one of ``nodeids``, each with the earliest such one."""
+        first: dict[str, tuple[int, str]] = {}
+        for nodeid in nodeids:
+            test = self.tests[nodeid]
+            if test.process and (test.process not in first or test.order < first[test.process][0]):
+                first[test.process] = (test.order, nodeid)
+        return {nodeid: first[test.process][1] for nodeid, test in self.tests.items()
+                if test.process in first and test.order > first[test.process][0]}
 
     def loaded(self, nodeid: str, path: str) -> str | None:
         """Where the test's process had ``path`` loaded: the phase that ran a line of it, or "preloaded"."""

@@ -7,7 +7,10 @@ A changed line of a watched package selects the tests that ran the code it belon
   and every caller of the function runs some line of it;
 - any other line (module level, a class body, a ``def`` line, a decorator, a default value): it
   runs when the module is imported, so the tests whose process imported the module, in a phase or
-  before it (its zygote's preload, collection).
+  before it (its zygote's preload, collection);
+- and, with each such test, every test that ran after it in the same process (in-process runs): what
+  the code left behind (a run-once set-up, a cache) decides what a later test meets. An isolated test
+  has a process of its own.
 
 What the rule cannot rule out is selected, with the reason: a map taken with other versions of
 torch, torch_npu or Triton (everything); a file the map has no source for, a diff whose old side is
@@ -81,6 +84,8 @@ def select(smap: SelectionMap, changes: ChangeSet, versions: dict[str, str], roo
             hits = _tests_that_loaded(smap, lambda p: p.startswith(package + "/"))
             for nodeid, phase in hits.items():
                 selection.add(nodeid, f"{change.path} is {kind} of {package}, which it loaded ({phase})")
+            for nodeid, earlier in smap.later_in_process(hits).items():
+                selection.add(nodeid, f"ran in-process after {earlier}, which loaded {package}")
             selection.notes.append(f"{change.path}: {kind} of {package}, unknown to the map: every test that loaded "
                                    f"{package} ({len(hits)})")
             continue
@@ -112,10 +117,9 @@ def _map_path(smap: SelectionMap, path: str) -> str | None:
 
 
 def _package_of(smap: SelectionMap, path: str) -> str | None:
-    for package in smap.packages:
-        if path.startswith(package + "/") or f"/{package}/" in path:
-            return path[:path.index(package + "/") + len(package)] if path.startswith(package + "/") else package
-    return None
+    """The watched package a changed path lies in (``torch_npu/csrc/...`` -> ``torch_npu``), or None."""
+    directories = path.split("/")[:-1]
+    return next((package for package in smap.packages if package in directories), None)
 
 
 def _tests_that_loaded(smap: SelectionMap, wanted) -> dict[str, str]:
@@ -146,6 +150,8 @@ def _watched_file(smap: SelectionMap, change: FileChange, path: str, selection: 
         hits = _tests_that_loaded(smap, lambda p: p == path)
         for nodeid, phase in hits.items():
             selection.add(nodeid, f"loaded {path} ({phase}); {why_whole}")
+        for nodeid, earlier in smap.later_in_process(hits).items():
+            selection.add(nodeid, f"ran in-process after {earlier}, which loaded {path}")
         selection.notes.append(f"{path}: {why_whole}: every test that loaded it ({len(hits)})")
         return
     scopes: dict[str, tuple[int, int] | None] = {}
@@ -156,7 +162,7 @@ def _watched_file(smap: SelectionMap, change: FileChange, path: str, selection: 
         else:
             scopes[function[0]] = (function[1], function[2])
     for name, span in scopes.items():
-        count = 0
+        hits = []
         for nodeid in smap.tests:
             if span is None:
                 phase = smap.loaded(nodeid, path)
@@ -166,9 +172,15 @@ def _watched_file(smap: SelectionMap, change: FileChange, path: str, selection: 
                 reason = f"ran {path}:{name} ({phase})"
             if phase is not None:
                 selection.add(nodeid, reason)
-                count += 1
+                hits.append(nodeid)
+        later = smap.later_in_process(hits)
+        for nodeid, earlier in later.items():
+            selection.add(nodeid, f"ran in-process after {earlier}, which ran {path}:{name}: what it left decides "
+                                  "what this test meets")
         where = "module level" if span is None else f"{name}"
-        selection.notes.append(f"{path}:{where}: {count} tests " + ("imported it" if span is None else "ran it"))
+        selection.notes.append(f"{path}:{where}: {len(hits)} tests " + ("imported it" if span is None else "ran it") +
+                               (f", {len(set(later) - set(hits))} more ran after one of them in its process"
+                                if set(later) - set(hits) else ""))
 
 
 def _test_file_change(smap: SelectionMap, change: FileChange, rootdir_in_base: str, selection: Selection) -> bool:

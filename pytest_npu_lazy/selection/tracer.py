@@ -25,6 +25,7 @@ import os
 import shutil
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,11 @@ class EvidenceTracer:
         self.opaque: list[str] = []
         self.roots = [str(root) for root in roots.values()]
         self.pythons = 0
+        #: a Python a test of this process started that had not sent its lines home (Inductor's compile-worker
+        #: pool): it may run code for every later test of the process, which are opaque too
+        self.lingering: list[str] = []
+        #: this process's token and how many tests it ran: an in-process test can see what earlier ones left
+        self._process = ("", 0, -1)
         self.outbox: str | None = None
         self._saved_env: dict[str, str | None] = {}
 
@@ -157,8 +163,10 @@ class EvidenceTracer:
                 for path, runs in files.items():
                     into.setdefault(path, set()).update(n for first, last in runs for n in range(first, last + 1))
             shutil.rmtree(self.outbox, ignore_errors=True)
+        self.opaque.extend(self.lingering)
         if self.pythons > measured:
             self.opaque.append(f"python ({self.pythons - measured} of {self.pythons} started sent no lines home)")
+            self.lingering = [f"python started by an earlier test of this process that sent no lines home"]
 
     def switch(self, phase: str) -> None:
         """A phase of the running test begins (pytest's setup, call, teardown, or a probe phase)."""
@@ -174,13 +182,18 @@ class EvidenceTracer:
         """The test's evidence, as plain data for its teardown report; measuring goes on, for the lineage."""
         self._file(self._cut(), self.phases.setdefault(self.phase or "teardown", {}))
         self._collect_subprocesses()
+        token, pid, order = self._process
+        if pid != os.getpid():  # a fork (an isolated test's child) is a process of its own
+            token, pid, order = uuid.uuid4().hex[:16], os.getpid(), -1
+        self._process = (token, pid, order + 1)
         evidence = {
             "phases": {phase: {path: ranges(lines) for path, lines in sorted(files.items())}
                        for phase, files in self.phases.items() if files},
             LINEAGE: {path: ranges(lines) for path, lines in sorted(self.lineage.items())},
             "preloaded": self.preloaded,
             "opaque": sorted(set(self.opaque)),
-            "pid": os.getpid(),
+            "process": token,
+            "order": order + 1,
         }
         self.test, self.phase, self.phases, self.opaque, self.outbox = None, None, {}, [], None
         return evidence

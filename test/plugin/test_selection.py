@@ -1,7 +1,7 @@
 """Change-driven selection on a small watched package: the map, the rule, its conservative cases, bad input.
 
 A package ``watched`` stands in for torch_npu (ini ``npu_lazy_map_packages = watched``): its functions
-are run by some tests, in-process and isolated, in pytest's phases and the probe's. Each test takes
+are run by some tests (isolated; one test runs a suite in-process), in pytest's phases and the probe's. Each test takes
 the map in a real pytest run and selects with a real change (a diff, git, stdin, a file list).
 """
 
@@ -43,6 +43,9 @@ import sys
 
 import pytest
 import watched
+
+# each test in a child of its own: what one runs cannot be left for another (test_in_process_... shows that case)
+pytestmark = pytest.mark.npu_lazy(preload=[])
 
 
 @pytest.fixture
@@ -122,7 +125,7 @@ def _lines(data: dict, nodeid: str, phase: str) -> set[int]:
     return {n for first, last in runs for n in range(first, last + 1)}
 
 
-def test_the_map_keeps_each_phases_lines_in_process_and_isolated(suite):
+def test_the_map_keeps_each_phases_lines(suite):
     data = _map(suite)
     assert _lines(data, "test_used", "call") == {5, 6}
     assert _lines(data, "test_fixture_only", "setup") == {15}
@@ -315,3 +318,42 @@ def test_parse_diff_reads_git_and_plain_diffs():
     assert changes["pkg/a.py"].lines == {10, 20, 21} and changes["pkg/a.py"].blob == "1111111"
     assert changes["pkg/new.py"].status == "added" and changes["pkg/new.py"].lines is None
     assert changes["old/pkg/b.py"].lines == {4}
+
+
+IN_PROCESS = '''\
+import watched
+
+CACHE = {}
+
+
+def test_first_sets_up():
+    CACHE["value"] = watched.used(1)
+
+
+def test_later_reads_what_it_left():
+    assert CACHE["value"] == 1
+
+
+def test_before_nothing():
+    pass
+'''
+
+
+def test_in_process_a_later_test_is_selected_with_the_one_whose_state_it_reads(pytester, run_pytest):
+    """One process: a run-once set-up ran in the first test only; the test after it reads what it left."""
+    pytester.makepyfile(**{"watched/__init__": WATCHED, "test_order": IN_PROCESS})
+    pytester.makeini("[pytest]\nnpu_lazy_map_packages = watched\n")
+    pytester.syspathinsert()
+    run_pytest("-p", "npu_lazy", "--npu-lazy-take-map").result.assert_outcomes(passed=3)
+    (pytester.path / "used.diff").write_text(_diff("watched/__init__.py", 6, "        return 1", "        return 11"))
+    result = _select(pytester, "used.diff", "--as", "explain")
+    assert "test_order.py::test_later_reads_what_it_left\n    ran in-process after test_order.py::test_first_sets_up" \
+        in result.stdout
+    assert "1 tests ran it, 2 more ran after one of them in its process" in result.stdout
+
+
+def test_the_selection_command_stops_quietly_when_its_reader_does(suite):
+    (suite.path / "level.diff").write_text(_diff("watched/__init__.py", 1, "LEVEL = 1", "LEVEL = 2"))
+    result = subprocess.run(f"{sys.executable} -m pytest_npu_lazy.selection --changed level.diff --as explain | head -1",
+                            shell=True, cwd=suite.path, capture_output=True, text=True, timeout=120)
+    assert result.stdout.startswith("the diff level.diff") and result.stderr == ""
