@@ -88,62 +88,21 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     args = parse_args(argv)
     try:
-        config = load(args.config.resolve())
-        if args.without_verdicts:
-            config = dataclasses.replace(config, verdicts={})
-        options = PassOptions(exitfirst=args.exitfirst, workers=args.workers, only=args.only, sample=args.sample,
-                              functions=args.function, tests=args.tests,
-                              retake_coverage=args.retake_coverage)
-        if args.expect and not (args.against and args.against.exists()):
-            raise ConfigError("--expect recorded compares with a recorded run: give it with --against FILE "
-                              "(e.g. --against docs/mutation.json)")
-        if args.expect and not (args.sample or args.only):
-            raise ConfigError("--expect recorded checks a few mutants against the record: add --sample or --only")
-        session = MutationPass(config, options, progress=log)
+        config = _config(args)
+        session = MutationPass(config, PassOptions(exitfirst=args.exitfirst, workers=args.workers, only=args.only,
+                                                   sample=args.sample, functions=args.function, tests=args.tests,
+                                                   retake_coverage=args.retake_coverage), progress=log)
         if args.list:
             for mutant in session.mutants():
                 print(f"{mutant.id}\t{mutant.function}\t{mutant.description}")
             return 0
         session.check_verdicts()
-        recorded, earlier = {}, {}
-        if args.resume or args.report_only:
-            if not args.json or not args.json.exists():
-                raise ConfigError("--resume and --report-only read the run recorded in --json FILE; give an existing file")
-            results, earlier = _read_record(args.json)
-            _check_same_sources(args.json, earlier, session.digests)
-            recorded = {r.mutant.id: r for r in results}
-        if args.merge and not args.report_only:
-            raise ConfigError("--merge adds other records to --json without running anything: use it with "
-                              "--report-only")
-        for other in args.merge:
-            if not other.exists():
-                raise ConfigError(f"--merge {other}: no such file; name a record written with --json")
-            results_there, there = _read_record(other)
-            _check_same_sources(other, there, session.digests)
-            earlier = report.merge(recorded, earlier, results_there, there)
+        recorded, earlier = _recorded(args, session)
         if args.report_only:
-            if not args.markdown:
-                raise ConfigError("--report-only writes --markdown FILE; name one")
-            results = sorted(session.rejudge(list(recorded.values())), key=session.source_order)
-            not_run = [m for m in session.mutants() if m.id not in recorded]
-            earlier = {**earlier, "sources": session.digests}  # checked above: the same, or a legacy record's
-            report.write_text(args.markdown, report.markdown(results, earlier, not_run, config))
-            report.write_json(args.json, results, earlier)
-            return 0
+            return _report_only(args, config, session, recorded, earlier)
         command = "python -m pytest_npu_lazy.mutate " + " ".join(
             shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-
-        def partial(results):
-            """After each mutant: the record so far, with the time spent so far, so an interrupted run resumes."""
-            if args.json:
-                spent = earlier.get("wall_seconds", 0) + time.monotonic() - started
-                prov = report.provenance(command.strip(), config.root, spent, session.coverage_map, earlier,
-                                         session.digests)
-                report.write_json(args.json, results, {**prov, "partial": True})
-
-        session.rejudge(list(recorded.values()))  # in place: the verdicts as mutation.toml says them now
-        started = time.monotonic()  # what partial() counts from: set before the pass, not by it
-        results, coverage, seconds = session.run(recorded, partial)
+        results, coverage, seconds = _run_pass(args, config, session, recorded, earlier, command.strip())
     except (ConfigError, BaselineFailed) as error:
         print(f"pytest_npu_lazy.mutate: {error}", file=sys.stderr)
         return 2
@@ -151,7 +110,76 @@ def _main(argv: list[str] | None) -> int:
         print(f"pytest_npu_lazy.mutate: stopped by {stop}; the record in --json holds every mutant finished "
               "(carry on with --resume)", file=sys.stderr)
         return 128 + stop.signum
-    prov = report.provenance(command.strip(), config.root, seconds + earlier.get("wall_seconds", 0), coverage,
+    _write_results(args, config, session, results, coverage, seconds, earlier, command.strip())
+    if args.expect == "recorded":
+        return _compare_with_record(results, args.against)
+    return 0
+
+
+def _config(args: argparse.Namespace):
+    """mutation.toml, and the options that only make sense together, checked before anything runs."""
+    config = load(args.config.resolve())
+    if args.without_verdicts:
+        config = dataclasses.replace(config, verdicts={})
+    if args.expect and not (args.against and args.against.exists()):
+        raise ConfigError("--expect recorded compares with a recorded run: give it with --against FILE "
+                          "(e.g. --against docs/mutation.json)")
+    if args.expect and not (args.sample or args.only):
+        raise ConfigError("--expect recorded checks a few mutants against the record: add --sample or --only")
+    if args.merge and not args.report_only:
+        raise ConfigError("--merge adds other records to --json without running anything: use it with "
+                          "--report-only")
+    return config
+
+
+def _recorded(args: argparse.Namespace, session: MutationPass) -> tuple[dict[str, MutantResult], dict]:
+    """What earlier runs recorded (--resume, --report-only, --merge): results by mutant id and provenance,
+    each refused unless taken on the sources installed now."""
+    recorded, earlier = {}, {}
+    if args.resume or args.report_only:
+        if not args.json or not args.json.exists():
+            raise ConfigError("--resume and --report-only read the run recorded in --json FILE; give an existing file")
+        results, earlier = _read_record(args.json)
+        _check_same_sources(args.json, earlier, session.digests)
+        recorded = {r.mutant.id: r for r in results}
+    for other in args.merge:
+        if not other.exists():
+            raise ConfigError(f"--merge {other}: no such file; name a record written with --json")
+        results_there, there = _read_record(other)
+        _check_same_sources(other, there, session.digests)
+        earlier = report.merge(recorded, earlier, results_there, there)
+    return recorded, earlier
+
+
+def _report_only(args, config, session: MutationPass, recorded: dict, earlier: dict) -> int:
+    """--report-only: the record judged by the verdicts as they are now, written again; nothing runs."""
+    if not args.markdown:
+        raise ConfigError("--report-only writes --markdown FILE; name one")
+    results = sorted(session.rejudge(list(recorded.values())), key=session.source_order)
+    not_run = [m for m in session.mutants() if m.id not in recorded]
+    earlier = {**earlier, "sources": session.digests}  # checked above: the same, or a legacy record's
+    report.write_text(args.markdown, report.markdown(results, earlier, not_run, config))
+    report.write_json(args.json, results, earlier)
+    return 0
+
+
+def _run_pass(args, config, session: MutationPass, recorded: dict, earlier: dict, command: str):
+    """The pass, writing the record after each mutant (--json) so that an interrupted run resumes."""
+    session.rejudge(list(recorded.values()))  # in place: the verdicts as mutation.toml says them now
+    started = time.monotonic()  # what partial() counts from: set before the pass, not by it
+
+    def partial(results):
+        if args.json:
+            spent = earlier.get("wall_seconds", 0) + time.monotonic() - started
+            prov = report.provenance(command, config.root, spent, session.coverage_map, earlier, session.digests)
+            report.write_json(args.json, results, {**prov, "partial": True})
+
+    return session.run(recorded, partial)
+
+
+def _write_results(args, config, session: MutationPass, results, coverage, seconds: float, earlier: dict,
+                   command: str) -> None:
+    prov = report.provenance(command, config.root, seconds + earlier.get("wall_seconds", 0), coverage,
                              earlier, session.digests)
     if args.json:
         report.write_json(args.json, results, prov)
@@ -163,9 +191,6 @@ def _main(argv: list[str] | None) -> int:
     log(f"score: {s['caught']} of {s['judged']} caught ({s['score_pct']} %); survived {s['survived']}, "
         f"not run {s['not_run']}, timeout {s['timeout']}, error {s['error']}, equivalent {s['equivalent']}, "
         f"device-only {s['device_only']}; {seconds / 60:.1f} min")
-    if args.expect == "recorded":
-        return _compare_with_record(results, args.against)
-    return 0
 
 
 def _check_same_sources(path: Path, provenance: dict, digests: dict[str, str]) -> None:
