@@ -114,6 +114,13 @@ class MapWriter:
         self.written = (f"npu_lazy: selection map of {len(self.outcomes)} tests written to {self.path}" +
                         (f"; {len(missing)} without evidence (skipped before they ran, or a child that died): "
                          "every change selects them" if missing else ""))
+        unmeasured = sum(1 for e in self.evidence.values() if any(o.startswith("python") for o in e.get("opaque", ())))
+        if unmeasured:
+            self.written += (
+                f"\nnpu_lazy: {unmeasured} tests are opaque: a Python process they (or an earlier test of their process) "
+                "started sent no lines home, such as Inductor's compile-worker pool, which outlives tests; every change "
+                "of torch_npu selects them. Take the map with TORCHINDUCTOR_COMPILE_THREADS=1 to keep Inductor's "
+                "compiling in the measured process (test/dynamo's conftest sets it).")
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.written:

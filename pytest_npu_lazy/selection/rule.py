@@ -193,15 +193,17 @@ def _test_file_change(smap: SelectionMap, change: FileChange, rootdir_in_base: s
     if posixpath.basename(path) == "conftest.py":
         directory = posixpath.dirname(path)
         hits = [n for n in smap.tests if not directory or n.startswith(directory + "/")]
-        for nodeid in hits:
-            selection.add(nodeid, f"{path} changed")
-        selection.notes.append(f"{path}: the {len(hits)} tests below it")
-        return True
-    hits = [n for n in smap.tests if n.split("::")[0] == path]
+        reason, note = f"{path} changed", f"{path}: the {len(hits)} tests below it"
+    else:
+        hits = [n for n in smap.tests if n.split("::")[0] == path]
+        reason, note = "its test file changed", f"{path}: its {len(hits)} tests"
     if hits:
         for nodeid in hits:
-            selection.add(nodeid, "its test file changed")
-        selection.notes.append(f"{path}: its {len(hits)} tests")
+            selection.add(nodeid, reason)
+        later = set(smap.later_in_process(hits)) - set(hits)
+        for nodeid in later:  # test code leaves state for the tests after it as torch_npu's does
+            selection.add(nodeid, f"ran in-process after a test of the changed {path}")
+        selection.notes.append(note + (f", {len(later)} more ran after one of them in its process" if later else ""))
         return True
     name = posixpath.basename(path)
     if change.status != "deleted" and name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")):

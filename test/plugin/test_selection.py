@@ -357,3 +357,14 @@ def test_the_selection_command_stops_quietly_when_its_reader_does(suite):
     result = subprocess.run(f"{sys.executable} -m pytest_npu_lazy.selection --changed level.diff --as explain | head -1",
                             shell=True, cwd=suite.path, capture_output=True, text=True, timeout=120)
     assert result.stdout.startswith("the diff level.diff") and result.stderr == ""
+
+
+def test_in_process_a_changed_test_file_selects_the_tests_after_it(pytester, run_pytest):
+    """Test code leaves state for later tests of its process, as torch_npu's does."""
+    pytester.makepyfile(**{"watched/__init__": WATCHED, "test_a": "STATE = []\n\ndef test_a():\n    STATE.append(1)\n",
+                           "test_b": "def test_b():\n    pass\n"})
+    pytester.makeini("[pytest]\nnpu_lazy_map_packages = watched\n")
+    run_pytest("-p", "npu_lazy", "--npu-lazy-take-map", "test_a.py", "test_b.py").result.assert_outcomes(passed=2)
+    result = _select(pytester, "test_a.py", "--as", "explain")
+    assert "test_b.py::test_b\n    ran in-process after a test of the changed test_a.py" in result.stdout
+    assert _select(pytester, "test_b.py").stdout.split() == ["test_b.py::test_b"]  # nothing ran after it
