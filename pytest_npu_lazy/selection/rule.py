@@ -190,14 +190,15 @@ def _test_file_change(smap: SelectionMap, change: FileChange, rootdir_in_base: s
         if not path.startswith(rootdir_in_base.rstrip("/") + "/"):
             return False
         path = path[len(rootdir_in_base.rstrip("/")) + 1:]
-    if posixpath.basename(path) == "conftest.py":
+    conftest = posixpath.basename(path) == "conftest.py"
+    if conftest:
         directory = posixpath.dirname(path)
         hits = [n for n in smap.tests if not directory or n.startswith(directory + "/")]
         reason, note = f"{path} changed", f"{path}: the {len(hits)} tests below it"
     else:
         hits = [n for n in smap.tests if n.split("::")[0] == path]
         reason, note = "its test file changed", f"{path}: its {len(hits)} tests"
-    if hits:
+    if hits or conftest:  # a conftest.py with no test of the map below it selects none
         for nodeid in hits:
             selection.add(nodeid, reason)
         later = set(smap.later_in_process(hits)) - set(hits)

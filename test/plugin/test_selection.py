@@ -203,6 +203,8 @@ def test_a_diff_of_other_sources_falls_back_to_the_tests_that_loaded_the_file(su
 def test_test_files_and_conftest(suite):
     assert _select(suite, "test_watched.py").stdout.count("test_watched.py::") == 8
     assert _select(suite, "conftest.py").stdout.count("test_watched.py::") == 8
+    elsewhere = _select(suite, "other/conftest.py", "--as", "explain").stdout  # no test of the map below it
+    assert "other/conftest.py: the 0 tests below it" in elsewhere and "1 of 8 tests" in elsewhere  # the dead child
     new = _select(suite, "test_new.py", "--as", "files")
     assert new.stdout.split() == ["test_watched.py", "test_new.py"]  # the dead child's file: nothing rules it out
 
