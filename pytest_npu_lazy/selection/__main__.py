@@ -43,11 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     except SelectionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        inside = rootdir.relative_to(changes.base.resolve()).as_posix()
-    except ValueError:
-        inside = ""
-    selection = select(smap, changes, installed_versions(tuple(smap.packages)), "" if inside == "." else inside,
+    selection = select(smap, changes, installed_versions(tuple(smap.packages)), changes.rootdir_within(rootdir),
                        tuple(args.ignore) if args.ignore else DEFAULT_IGNORE)
     nodeids = list(smap.tests) if selection.everything else [n for n in smap.tests if n in selection.selected]
     if selection.everything:

@@ -53,6 +53,15 @@ class ChangeSet:
                 "files": [{"path": f.path, "status": f.status, "blob": f.blob,
                            "lines": None if f.lines is None else sorted(f.lines)} for f in self.files]}
 
+    def rootdir_within(self, rootdir: Path) -> str:
+        """Where pytest's rootdir (node ids are relative to it) lies below :attr:`base`, posix; "" for the same
+        directory or one outside it."""
+        try:
+            inside = rootdir.resolve().relative_to(self.base.resolve()).as_posix()
+        except ValueError:
+            return ""
+        return "" if inside == "." else inside
+
     @classmethod
     def from_dict(cls, data: dict) -> "ChangeSet":
         return cls(data["spec"], data["source"], tuple(

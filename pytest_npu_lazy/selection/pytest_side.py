@@ -135,13 +135,8 @@ class ChangeFilter:
         self.changes = changes
         self.map = smap
         self.map_path = map_path
-        rootdir = Path(str(config.rootpath)).resolve()
-        try:
-            inside = rootdir.relative_to(changes.base.resolve()).as_posix()
-        except ValueError:
-            inside = ""
         self.selection: Selection = select(smap, changes, installed_versions(tuple(smap.packages)),
-                                           "" if inside == "." else inside, ignore)
+                                           changes.rootdir_within(Path(str(config.rootpath))), ignore)
         self.kept = self.dropped = self.new = 0
 
     def header(self) -> list[str]:

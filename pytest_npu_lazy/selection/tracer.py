@@ -42,6 +42,28 @@ _QUIET_COVERAGE = ["no-data-collected", "module-not-imported", "module-not-measu
                    "include-ignored", "no-ctracer", "dynamic-conflict", "couldnt-parse"]
 
 
+def _measurement(directories) -> Any:
+    """coverage.py's measurement of the watched packages' directories, kept in memory: the test's report (or,
+    in a Python a test started, a file of its folder) carries the lines, so nothing is saved at exit."""
+    import coverage
+
+    measure = coverage.Coverage(data_file=None, config_file=False, auto_data=False,
+                                include=[f"{directory}{os.sep}*" for directory in directories])
+    measure.set_option("run:disable_warnings", _QUIET_COVERAGE)
+    measure.npu_lazy_in_memory = True  # isolation's child leaves it unsaved (child_side/inherit.save_coverage)
+    return measure
+
+
+def _map_path(parents: dict[str, str], filename: str) -> str | None:
+    """``torch_npu/utils/_dynamo.py`` for a file of a watched package (``parents``: its parent directory ->
+    its name); None for any other."""
+    path = os.path.realpath(filename) if filename else ""
+    for parent, package in parents.items():
+        if path.startswith(os.path.join(parent, package) + os.sep) and path.endswith(".py"):
+            return os.path.relpath(path, parent).replace(os.sep, "/")
+    return None
+
+
 def ranges(lines) -> list[list[int]]:
     """Sorted line numbers as ``[first, last]`` runs: a map stays small."""
     runs: list[list[int]] = []
@@ -71,10 +93,7 @@ class EvidenceTracer:
                 "run without coverage.")
         self.parents = {str(root.parent): root.name for root in roots.values()}
         self._paths: dict[str, str | None] = {}
-        self.coverage = coverage.Coverage(data_file=None, config_file=False, auto_data=False,
-                                          include=[f"{root}{os.sep}*" for root in roots.values()])
-        self.coverage.set_option("run:disable_warnings", _QUIET_COVERAGE)
-        self.coverage.npu_lazy_in_memory = True  # nothing to save at a child's exit: the report carries it
+        self.coverage = _measurement(roots.values())
         #: files of watched modules already loaded when measuring began: nothing of them was seen run
         self.preloaded = sorted({path for name, module in list(sys.modules.items())
                                  if (path := self.map_path(getattr(module, "__file__", None) or "")) is not None})
@@ -95,14 +114,9 @@ class EvidenceTracer:
 
     def map_path(self, filename: str) -> str | None:
         """``torch_npu/utils/_dynamo.py`` for a file of a watched package; None for any other."""
-        if filename in self._paths:
-            return self._paths[filename]
-        path, found = os.path.realpath(filename) if filename else "", None
-        for parent, package in self.parents.items():
-            if path.startswith(os.path.join(parent, package) + os.sep) and path.endswith(".py"):
-                found = os.path.relpath(path, parent).replace(os.sep, "/")
-        self._paths[filename] = found
-        return found
+        if filename not in self._paths:
+            self._paths[filename] = _map_path(self.parents, filename)
+        return self._paths[filename]
 
     def start(self) -> None:
         self.coverage.start()
@@ -216,29 +230,19 @@ def measure_this_process() -> None:
         return
     import atexit
 
-    import coverage
+    from ..reports.schema import write_text
 
     directories = [Path(root) for root in roots.split(os.pathsep) if root]
-    measure = coverage.Coverage(data_file=None, config_file=False, auto_data=False,
-                                include=[f"{root}{os.sep}*" for root in directories])
-    measure.set_option("run:disable_warnings", _QUIET_COVERAGE)
-    measure.npu_lazy_in_memory = True
+    measure = _measurement(directories)
     measure.start()
     parents = {str(root.parent): root.name for root in directories}
 
     def write_home() -> None:
         measure.stop()
         data = measure.get_data()
-        files = {}
-        for filename in data.measured_files():
-            path = os.path.realpath(filename)
-            for parent, package in parents.items():
-                if path.startswith(os.path.join(parent, package) + os.sep):
-                    files[os.path.relpath(path, parent).replace(os.sep, "/")] = ranges(data.lines(filename) or ())
-        handle, temporary = tempfile.mkstemp(dir=outbox, prefix=".", suffix=".tmp")
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(files, out)
-        os.replace(temporary, os.path.join(outbox, f"{os.getpid()}.json"))
+        files = {path: ranges(data.lines(filename) or ()) for filename in data.measured_files()
+                 if (path := _map_path(parents, filename)) is not None}
+        write_text(os.path.join(outbox, f"{os.getpid()}.json"), json.dumps(files))
 
     atexit.register(write_home)
 
