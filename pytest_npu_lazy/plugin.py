@@ -200,9 +200,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     change_filter = config.pluginmanager.get_plugin("npu_lazy_change_filter")
     if change_filter is not None:
         lines.extend(change_filter.header())
-    if config.pluginmanager.get_plugin("npu_lazy_map_writer") is not None:
-        lines.append(f"npu_lazy: taking a selection map (lines of {', '.join(config.getini('npu_lazy_map_packages'))} "
-                     f"each test runs, measured by coverage.py) for {map_settings(config).path}")
+    writer = config.pluginmanager.get_plugin("npu_lazy_map_writer")
+    if writer is not None:  # the settings it was made with, not resolved a second time
+        lines.append(f"npu_lazy: taking a selection map (lines of {', '.join(writer.packages)} each test runs, "
+                     f"measured by coverage.py) for {writer.path}")
     return lines
 
 
