@@ -227,6 +227,75 @@ def triton_backend_reload_duplicates() -> str | None:
     return None
 
 
+def _function_node(tree: ast.AST, name: str) -> ast.FunctionDef | None:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return node
+    return None
+
+
+@lru_cache(maxsize=None)
+def triton_backend_load_not_retryable(module: str) -> str | None:
+    """Why a load of torch_npu's Triton backend that fails at the import of ``module`` cannot be retried in that
+    process, read from the installed sources; None where it can (or where the construct below is gone).
+
+    ``_load_backend`` (torch_npu/_inductor/__init__.py) resets Inductor's lowerings
+    (``restore_inductor_baseline``, torch_npu/_inductor/lowering_patch.py), runs the backend's loader, then imports
+    more of torch_npu._inductor and only then records the backend. The Triton loader's
+    ``_register_npu_triton_decompositions`` (torch_npu/_inductor/decomposition.py) deletes the ops of
+    ``DECOMPOSITION_OVERLOAD_OP`` from Inductor's decomposition table and registers ``aten.erfc``, which that list
+    lacks; the reset touches lowerings, never that table. So an import that fails after the loader ran leaves erfc
+    registered, and every later load (the retry, and the call after the cause is gone) stops in torch's
+    ``register_decomposition`` with "duplicate registrations for aten.erfc.default". Only where the loader
+    registers at all: where torch_npu's ``has_triton()`` is true (a real or emulated NPU, Triton installed).
+    """
+    init = _package_file("torch_npu", "_inductor", "__init__.py")
+    decomposition = _package_file("torch_npu", "_inductor", "decomposition.py")
+    lowering_patch = _package_file("torch_npu", "_inductor", "lowering_patch.py")
+    if None in (init, decomposition, lowering_patch):
+        return None
+    trees = {}
+    for path in (init, decomposition, lowering_patch):
+        with open(path, encoding="utf-8") as handle:
+            trees[path] = ast.parse(handle.read(), path)
+    load = _function_node(trees[init], "_load_backend")
+    registrar = _function_node(trees[decomposition], "_register_triton_decompositions")
+    if load is None or registrar is None:
+        return None
+    loader_line = next((call.lineno for call in ast.walk(load)
+                        if isinstance(call, ast.Call) and ast.unparse(call.func) == "loader"), None)
+    record_line = next((node.lineno for node in ast.walk(load) if isinstance(node, ast.Assign)
+                        and any(ast.unparse(target).endswith("._loaded_backend") for target in node.targets)), None)
+    relative = "." + module[len("torch_npu._inductor."):] if module.startswith("torch_npu._inductor.") else None
+    import_line = next((node.lineno for node in ast.walk(load) if isinstance(node, ast.ImportFrom)
+                        and relative and "." * node.level + (node.module or "") == relative), None)
+    if None in (loader_line, record_line, import_line) or not loader_line < import_line < record_line:
+        return None  # the module is not imported between the loader and the record
+    overload, erfc_line = None, None
+    for node in ast.walk(registrar):
+        if isinstance(node, ast.Assign) and any(ast.unparse(t) == "DECOMPOSITION_OVERLOAD_OP" for t in node.targets):
+            overload = node
+        if isinstance(node, ast.FunctionDef):
+            for decorator in node.decorator_list:
+                if ast.unparse(decorator) == "register_decomposition([aten.erfc])":
+                    erfc_line = decorator.lineno
+    if overload is None or erfc_line is None or "aten.erfc" in ast.unparse(overload.value):
+        return None
+    for name in ("restore_inductor_baseline", "restore_lowering_baseline"):
+        function = _function_node(trees[lowering_patch], name)
+        if function is None or "decomposition" in ast.unparse(function):
+            return None
+    restore = _function_node(trees[lowering_patch], "restore_inductor_baseline")
+    return (f"torch_npu: a Triton backend load that fails past its loader can never be retried in that process. "
+            f"_load_backend runs the loader (torch_npu/_inductor/__init__.py:{loader_line}), imports {module} "
+            f"(:{import_line}) and records the backend only after (:{record_line}); the loader registers aten.erfc in "
+            f"Inductor's decompositions (torch_npu/_inductor/decomposition.py:{erfc_line}), deleting first only "
+            f"DECOMPOSITION_OVERLOAD_OP (decomposition.py:{overload.lineno}), which lacks erfc; "
+            f"restore_inductor_baseline (torch_npu/_inductor/lowering_patch.py:{restore.lineno}), run before every "
+            "load, resets lowerings, not decompositions. So every later load stops at 'duplicate registrations for "
+            "aten.erfc.default' (torch._decomp.register_decomposition)")
+
+
 @lru_cache(maxsize=None)
 def inductor_cache_key_initialises_npu() -> str | None:
     """Where torch_npu's Inductor cache key asks for the current NPU, or None.
