@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 #: what each importable name of ``@pytest.mark.needs(...)`` is installed as
-NEEDS = {"torch": "torch", "torch_npu": "torch-npu", "xdist": "pytest-xdist", "pytest_timeout": "pytest-timeout",
+NEEDS = {"torch": "torch", "torch_npu": "torch-npu", "triton": "triton-ascend", "xdist": "pytest-xdist", "pytest_timeout": "pytest-timeout",
          "pytest_forked": "pytest-forked"}
 
 

@@ -85,6 +85,22 @@ def host_alias(tensor):
     return base.as_strided(tensor.size(), tensor.stride(), tensor.storage_offset())
 
 
+def storage_range(tensor) -> tuple[int, int]:
+    """The device memory a tensor's whole storage spans, ``(start, end)``: what a computation wrote, for the ledger."""
+    storage = tensor.untyped_storage()
+    return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+
+
+def _npu_tensors(values):
+    import torch
+
+    for value in values:
+        if isinstance(value, torch.Tensor) and value.device.type == "npu":
+            yield value
+        elif isinstance(value, (list, tuple)):
+            yield from _npu_tensors(value)
+
+
 def _to_host(value):
     import torch
 
@@ -150,6 +166,8 @@ def make_kernel(op):
     # out= arguments (written, keyword-only) are computed into fresh CPU tensors and written back: ATen would
     # resize a wrong-sized one, and an alias of device memory cannot grow
     outs = [a.name for a in arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+    # arguments the operator writes (in-place, out=): what it computed, where it returns nothing
+    written_positions = [i for i, a in enumerate(arguments) if a.alias_info is not None and a.alias_info.is_write]
     # a return that aliases a written argument (in-place, out=) hands back that argument, the npu tensor itself
     return_sources = []
     for ret in returns:
@@ -182,11 +200,12 @@ def make_kernel(op):
         result_device = device if device is not None else next(
             (a.device for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.device.type == "npu"),
             None) or "npu"
-        LEDGER.record(HOST_ATEN, name)
         result = op(*host_args, **host_kwargs)
         for key, tensor in out_tensors.items():
             _write_out(tensor, host_kwargs[key])
         if not returns:
+            LEDGER.record(HOST_ATEN, name, wrote=tuple(storage_range(t) for t in _npu_tensors(
+                [args[i] for i in written_positions if i < len(args)] + list(out_tensors.values()))))
             return result
         results = [result] if len(returns) == 1 else list(result)
         handed = []
@@ -196,6 +215,7 @@ def make_kernel(op):
                 handed.append(args[index] if index < len(args) else kwargs[argument])
             else:
                 handed.append(to_device(value, result_device) if torch.device(result_device).type == "npu" else value)
+        LEDGER.record(HOST_ATEN, name, wrote=tuple(storage_range(t) for t in _npu_tensors(handed)))
         return handed[0] if len(returns) == 1 else tuple(handed)
 
     base = schema.name.split("::")[-1]

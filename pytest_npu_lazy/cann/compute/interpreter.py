@@ -29,21 +29,23 @@ names what it bridges and goes away by itself where the installed Triton needs n
   there. It reads the one element instead; only where this NumPy refuses the old way.
 - ``libdevice`` in the interpreter: the interpreter patches ``tl`` and ``tl.math`` only, and
   its builder has no extern functions, so a kernel calling ``libdevice.*`` stops. Here the
-  extern functions of triton-ascend's libdevice compute with numpy, and the names torch's
-  codegen asks of libdevice that ``tl.math`` has (``floor``, ``ceil``, ``exp`` ...) are
-  taken from there; a name neither has is refused, naming it.
+  extern functions of triton-ascend's libdevice compute with NumPy under C's definitions
+  (:mod:`.libdevice` has the table), and the names torch's codegen asks of libdevice that
+  ``tl.math`` has (``floor``, ``ceil``, ``exp`` ...) are taken from there; a name neither has
+  is refused, naming it.
 
-And two changes that are the interpreter's cost, not a version skew. The interpreter reduces
-with NumPy only for ``tl.standard``'s combine functions; Inductor's ``min``/``max``/``argmin``/
-``argmax`` combine with ``triton_helpers.minimum``/``maximum`` (and ``*_with_index``), which
-it reduces element by element in Python (an ``amin`` over 1024 rows took 42 s). Those are
-reduced with NumPy here under Inductor's own rules (NaN wins; among equal values the lowest
-index), and only where the index operand grows along the axis (else the slow path, exact).
-And the interpreter copies
-every tensor argument to the host and back around each launch. On the emulated NPU the
+Then what the interpreter computes, made what the device computes: its conversions, NaN rules,
+bfloat16 arithmetic and integer division (:mod:`.numerics`), and its reductions and scans
+(:mod:`.reductions`, which also reduces Inductor's ``min``/``max``/``argmin``/``argmax``
+combine functions with NumPy, after checking that their code is torch's). And the interpreter
+copies every tensor argument to the host and back around each launch. On the emulated NPU the
 device memory *is* host memory, so arguments are aliased instead (:func:`.host_kernels.host_alias`),
 which also keeps each argument's strides and storage offset exactly as the kernel indexes
 them.
+
+What the interpreter cannot show at all: the programs of a grid run one after another, so races
+between programs and the order of atomics are never seen; the NPU compiler (bisheng) never runs,
+so nothing it would refuse or miscompile is seen; the launch options it takes are dropped.
 
 Each launch is written to the ledger (``Triton interpreter``, with the kernel's name); a
 launch on a lost device fails without running.
@@ -57,16 +59,16 @@ import os
 import sys
 import types
 
+from .gap import NEEDS_A_DEVICE, InterpreterGap
 from .ledger import LEDGER, LOST, TRITON_INTERPRETER
+
+__all__ = ["InterpreterGap", "activate_interpreter", "install_interpreter_shims", "install_language_shims",
+           "planned", "shims_in_force"]
 
 INTERPRET_ENV = "TRITON_INTERPRET"
 
 #: Hints of triton-ascend's ``extension`` that steer only the NPU compiler: nothing to compute in the interpreter.
 COMPILER_HINTS = ("multibuffer", "compile_hint")
-
-
-class InterpreterGap(NotImplementedError):
-    """A kernel needs something Triton's interpreter lacks here: named, never replaced by another computation."""
 
 
 _IN_FORCE: dict[str, str] = {}
@@ -98,7 +100,7 @@ def planned() -> list[str]:
         bridges.append("get_int1_ty")
     if "int(self.handle.data)" in source:
         bridges.append("one-element index (where NumPy refuses it)")
-    return bridges + ["fast Inductor reductions", "arguments aliased"]
+    return bridges + ["device numerics", "device reductions", "arguments aliased"]
 
 
 def _triton_version() -> str:
@@ -131,8 +133,7 @@ def _extension_module(name: str) -> types.ModuleType:
         raise InterpreterGap(
             f"tl.extra.cann.extension.{attribute}: the installed {_triton_version()} has no tl.extra.cann, and "
             f"Triton's interpreter has no implementation of extension.{attribute} (only the compiler hints "
-            f"{', '.join(COMPILER_HINTS)} are taken, as no-ops); the kernel needs a real Ascend device "
-            "(pytest-npu-lazy --npu-lazy-cann=compute)")
+            f"{', '.join(COMPILER_HINTS)} are taken, as no-ops); {NEEDS_A_DEVICE}")
 
     module.__getattr__ = __getattr__
     return module
@@ -154,8 +155,10 @@ class _Libdevice(types.ModuleType):
             found = source.__dict__.get(attribute)
             if found is not None:
                 return found
-        if attribute in _NUMPY_UNARY:
-            return functools.partial(_numpy_unary, attribute)
+        from . import libdevice
+
+        if attribute in libdevice.FUNCTIONS:
+            return functools.partial(libdevice.unary, attribute)
         raise InterpreterGap(
             f"libdevice.{attribute}: neither {_triton_version()}'s libdevice (tl.extra.ascend.libdevice) nor "
             "tl.math has it, and the interpreter has no numpy equivalent here; the kernel needs a real Ascend "
@@ -186,62 +189,6 @@ def install_language_shims(_loaded: str = "triton.language") -> None:
     del tl
 
 
-# --------------------------------------------------------------------------- numpy for libdevice
-
-# triton-ascend's libdevice externs ("__hmf_<name><suffix>") and names torch's codegen asks of libdevice
-# that tl.math lacks, computed with numpy on the interpreter's arrays
-_NUMPY_EXTERN = {
-    "recip": "reciprocal", "log1p": "log1p", "relu": "relu", "isinf": "isinf", "isnan": "isnan", "tan": "tan",
-    "atan": "arctan", "tanh": "tanh", "ilogb": "ilogb", "ldexp": "ldexp", "pow": "power", "round": "rint",
-}
-_NUMPY_UNARY = {"expm1": "expm1", "trunc": "trunc", "tan": "tan", "tanh": "tanh", "log1p": "log1p", "log10": "log10",
-                "asin": "arcsin", "acos": "arccos", "atan": "arctan", "sinh": "sinh", "cosh": "cosh",
-                "asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh", "signbit": "signbit", "nearbyint": "rint",
-                "rint": "rint", "isinf": "isinf", "isnan": "isnan", "isfinited": "isfinite", "erfc": None}
-
-
-def _numpy_function(name: str):
-    import numpy as np
-
-    if name == "relu":
-        return lambda x: np.maximum(x, np.zeros_like(x))
-    if name == "ilogb":
-        return lambda x: np.frexp(x)[1].astype(np.int32) - 1
-    if name == "ldexp":
-        return lambda x, e: np.ldexp(x, e.astype(np.int32))
-    function = getattr(np, name, None)
-    if function is None:
-        raise InterpreterGap(f"libdevice's {name} has no numpy equivalent in Triton's interpreter here")
-    return function
-
-
-def _extern_elementwise(builder, lib_name, lib_path, symbol, arg_list, ret_type, is_pure):
-    """The interpreter builder's missing extern call: triton-ascend's libdevice symbols by numpy."""
-    from triton.runtime.interpreter import TensorHandle, _get_np_dtype
-
-    stem = symbol.removeprefix("__hmf_")
-    name = next((key for key in sorted(_NUMPY_EXTERN, key=len, reverse=True) if stem.startswith(key)), None)
-    if name is None:
-        raise InterpreterGap(f"libdevice extern {symbol}: Triton's interpreter has no implementation of it here; "
-                             "the kernel needs a real Ascend device (pytest-npu-lazy --npu-lazy-cann=compute)")
-    result = _numpy_function(_NUMPY_EXTERN[name])(*(arg.data for arg in arg_list))
-    return TensorHandle(result.astype(_get_np_dtype(ret_type)), ret_type.scalar)
-
-
-def _numpy_unary(name: str, x, _builder=None):
-    import triton.language as tl
-    from triton.runtime.interpreter import TensorHandle
-
-    if _NUMPY_UNARY[name] is None:
-        raise InterpreterGap(f"libdevice.{name}: no implementation in Triton's interpreter here; the kernel "
-                             "needs a real Ascend device (pytest-npu-lazy --npu-lazy-cann=compute)")
-    data = _numpy_function(_NUMPY_UNARY[name])(x.handle.data)
-    if data.dtype == bool:
-        return tl.core.tensor(TensorHandle(data, tl.int1), x.type.with_element_ty(tl.int1) if x.type.is_block()
-                              else tl.int1)
-    return tl.core.tensor(TensorHandle(data.astype(x.handle.data.dtype), x.handle.dtype), x.type)
-
-
 # --------------------------------------------------------------------------- the launch
 
 
@@ -260,7 +207,7 @@ def install_interpreter_shims(_loaded: str = "triton.runtime.interpreter") -> No
     """Alias arguments, drop NPU launch options, compute libdevice, record launches (once the interpreter loaded)."""
     from triton.runtime import interpreter
 
-    from .host_kernels import DeviceLost, host_alias, lost_reason
+    from .host_kernels import DeviceLost, host_alias, lost_reason, storage_range
 
     executor = interpreter.GridExecutor
     if getattr(executor, "_npu_lazy_shimmed", False):
@@ -303,7 +250,8 @@ def install_interpreter_shims(_loaded: str = "triton.runtime.interpreter") -> No
         others = [key for key in dropped if key not in options]
         said = "".join(f"; {what} dropped: {', '.join(keys)}" for what, keys in
                        (("NPU compiler options", npu_options), ("config keywords the kernel declares", others)) if keys)
-        LEDGER.record(TRITON_INTERPRETER, kernel, grid + said)
+        LEDGER.record(TRITON_INTERPRETER, kernel, grid + said, wrote=_written(self.arg_names, args_dev, kwargs,
+                                                                              storage_range))
         import numpy
 
         # a device computes IEEE infinities and NaNs (log(0), 1/0) without a word; NumPy, evaluating the kernel
@@ -316,9 +264,12 @@ def install_interpreter_shims(_loaded: str = "triton.runtime.interpreter") -> No
     executor.__call__ = call
     executor._npu_lazy_shimmed = True
     _index_one_element_arrays(interpreter)
-    _fast_inductor_reductions(interpreter)
+    from . import libdevice, numerics, reductions
+
+    _IN_FORCE["device numerics"] = "; ".join(numerics.install(interpreter))
+    _IN_FORCE["device reductions"] = "; ".join(reductions.install(interpreter))
     builder_type = type(interpreter.interpreter_builder)
-    builder_type.create_extern_elementwise = _extern_elementwise
+    builder_type.create_extern_elementwise = libdevice.extern_elementwise
     if not hasattr(builder_type, "get_int1_ty"):
         import triton.language as tl
 
@@ -330,9 +281,23 @@ def install_interpreter_shims(_loaded: str = "triton.runtime.interpreter") -> No
         "multibuffer, ...; a persistent reduction's R0_BLOCK); its compiled launcher passes only the kernel's "
         "parameters: the rest are dropped, each launch names them")
     _IN_FORCE["libdevice"] = ("Triton's interpreter patches tl and tl.math only and has no extern calls: "
-                              "triton-ascend's libdevice externs computed with numpy")
+                              "triton-ascend's libdevice externs computed with numpy under C's definitions "
+                              "(pytest_npu_lazy.cann.compute.libdevice has the table)")
     _IN_FORCE["arguments aliased"] = ("the interpreter copies each argument to the host and back; the emulated "
                                       "NPU's memory is host memory, so arguments are aliased, strides and offset kept")
+
+
+#: how Inductor names the arguments a kernel writes (``in_ptr``: read only)
+OUTPUT_ARGUMENTS = ("out_ptr", "in_out_ptr")
+
+
+def _written(names, args, kwargs, storage_range) -> tuple[tuple[int, int], ...]:
+    """The storages a launch may write: Inductor's output arguments, or every tensor of a kernel not named its way."""
+    bound = list(zip(names, args)) + [(key, value) for key, value in kwargs.items() if key in names]
+    tensors = [(name, value) for name, value in bound if hasattr(value, "untyped_storage")]
+    outputs = [value for name, value in tensors if name.startswith(OUTPUT_ARGUMENTS)]
+    inductor_named = any(name.startswith(OUTPUT_ARGUMENTS + ("in_ptr",)) for name, _ in tensors)
+    return tuple(storage_range(value) for value in (outputs if inductor_named else [v for _, v in tensors]))
 
 
 def _index_one_element_arrays(interpreter) -> None:
@@ -354,41 +319,6 @@ def _index_one_element_arrays(interpreter) -> None:
     interpreter._patch_lang_tensor = patch_lang_tensor
     _IN_FORCE["one-element index"] = (f"{_triton_version()}'s interpreter converts a scalar with int() of a "
                                       f"one-element array, which NumPy {np.__version__} refuses: reads the element")
-
-
-def _fast_inductor_reductions(interpreter) -> None:
-    """Inductor's min / max (NaN-propagating) and argmin / argmax combine functions, reduced with NumPy."""
-    import numpy as np
-
-    # by name and module: torch's triton_helpers loads after the interpreter (inside the first compiled call)
-    by_combine = {("torch._inductor.runtime.triton_helpers", name): ops for name, ops in (
-        ("minimum", (np.min, None)), ("maximum", (np.max, None)),
-        ("minimum_with_index", (np.min, np.argmin)), ("maximum_with_index", (np.max, np.argmax)))}
-    reduce_ops = interpreter.ReduceOps
-    slow = reduce_ops.apply_impl
-
-    def apply_impl(self, inputs):
-        function = getattr(self.combine_fn, "fn", None)
-        ops = by_combine.get((getattr(function, "__module__", None), getattr(function, "__name__", None)))
-        if ops is None or self.axis is None:
-            return slow(self, inputs)
-        value_op, index_op = ops
-        values = inputs[0].handle.data
-        if index_op is None:
-            return self.to_tensor(value_op(values, axis=self.axis, keepdims=self.keep_dims), inputs[0].dtype)
-        indices = inputs[1].handle.data
-        if values.shape[self.axis] > 1 and not np.all(np.diff(indices, axis=self.axis) > 0):
-            return slow(self, inputs)  # ties go to the lowest index, which positions give only when it grows
-        where = np.expand_dims(index_op(values, axis=self.axis), self.axis)
-        picked = [np.take_along_axis(data, where, axis=self.axis) for data in (values, indices)]
-        if not self.keep_dims:
-            picked = [np.squeeze(data, axis=self.axis) for data in picked]
-        return tuple(self.to_tensor(data, operand.dtype) for data, operand in zip(picked, inputs))
-
-    reduce_ops.apply_impl = apply_impl
-    _IN_FORCE["fast Inductor reductions"] = (
-        "Triton's interpreter reduces Inductor's min/max/argmin/argmax combine functions element by element in "
-        "Python: reduced with NumPy under Inductor's rules (NaN wins, ties to the lowest index)")
 
 
 def _ascend_libdevice():

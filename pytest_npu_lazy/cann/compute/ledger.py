@@ -30,12 +30,17 @@ BY = (HOST_ATEN, TRITON_INTERPRETER, REFUSED, LOST)
 
 @dataclass(frozen=True)
 class Computation:
-    """One operator or kernel and what computed it (``by``: one of :data:`BY`)."""
+    """One operator or kernel and what computed it (``by``: one of :data:`BY`).
+
+    ``wrote``: the device memory it may have written, as ``(start, end)`` address ranges of whole storages (a
+    kernel's output arguments, an operator's results and in-place arguments): what :meth:`Ledger.last_writer`
+    reads to say which computation produced a value."""
 
     by: str
     name: str
     stamp: float
     detail: str = ""
+    wrote: tuple[tuple[int, int], ...] = ()
 
 
 class Ledger:
@@ -44,11 +49,18 @@ class Ledger:
     def __init__(self) -> None:
         self.entries: list[Computation] = []
 
-    def record(self, by: str, name: str, detail: str = "") -> None:
-        self.entries.append(Computation(by, name, time.perf_counter(), detail))
+    def record(self, by: str, name: str, detail: str = "", wrote: tuple[tuple[int, int], ...] = ()) -> None:
+        self.entries.append(Computation(by, name, time.perf_counter(), detail, wrote))
 
     def since(self, index: int) -> list[Computation]:
         return self.entries[index:]
+
+    def last_writer(self, start: int, end: int, since: int = 0) -> Computation | None:
+        """The last computation since entry ``since`` that wrote memory overlapping ``[start, end)``, or None."""
+        for entry in reversed(self.entries[since:]):
+            if any(low < end and start < high for low, high in entry.wrote):
+                return entry
+        return None
 
 
 #: The process-wide ledger (a forked child inherits its parent's entries and reads from its own index).
