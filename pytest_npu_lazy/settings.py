@@ -53,6 +53,8 @@ INI = {
                               ["torch_npu"]),
     "npu_lazy_changed_ignore": ("paths (globs) of changed files no test can observe, left out of a change-driven "
                                 "selection (default: *.md, *.rst, docs/*)", "linelist", ["*.md", "*.rst", "docs/*"]),
+    "npu_lazy_check_grad": ("npu_lazy.compile also checks gradients against eager where a compiled output requires "
+                            "grad, unless a call says check_grad=False (default: false)", "bool", False),
     "npu_lazy_inductor_cache": ("the Inductor cache each isolated test starts with: cold (default: every graph "
                                 "lookup misses, kernels cached for this run), empty (an empty cache per test) or "
                                 "shared (the environment's)", "string", inductor_cache.DEFAULT),
@@ -122,13 +124,16 @@ class TestSettings:
     #: this run it is kept in (None under "shared", and for a test in the pytest process)
     inductor_cache: str = inductor_cache.DEFAULT
     inductor_cache_dir: str | None = None
+    #: npu_lazy.compile checks gradients unless a call says otherwise (ini npu_lazy_check_grad)
+    check_grad: bool = False
 
     def to_dict(self) -> dict:
         """What an isolated child needs (it is isolated by definition): the inverse of :meth:`from_dict`."""
         return {"isolation": self.isolation, "baseline": self.baseline.to_dict(), "timeout": self.timeout,
                 "block": list(self.block), "track": list(self.track), "preload_source": self.preload_source,
                 "watch": list(self.watch), "list_modules": self.list_modules,
-                "inductor_cache": self.inductor_cache, "inductor_cache_dir": self.inductor_cache_dir}
+                "inductor_cache": self.inductor_cache, "inductor_cache_dir": self.inductor_cache_dir,
+                "check_grad": self.check_grad}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TestSettings":
@@ -136,7 +141,7 @@ class TestSettings:
                    timeout=data["timeout"], block=tuple(data["block"]), track=tuple(data["track"]),
                    preload_source=data["preload_source"], watch=tuple(data["watch"]),
                    list_modules=data["list_modules"], inductor_cache=data["inductor_cache"],
-                   inductor_cache_dir=data["inductor_cache_dir"])
+                   inductor_cache_dir=data["inductor_cache_dir"], check_grad=data.get("check_grad", False))
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -267,6 +272,7 @@ class Resolver:
         self.module_zygote_memory = _bytes("ini npu_lazy_module_zygote_memory",
                                            config.getini("npu_lazy_module_zygote_memory"))
         self.watch = tuple(config.getini("npu_lazy_watch"))
+        self.check_grad = bool(_ini_bool(config, "npu_lazy_check_grad"))
         self.list_modules = list_modules
         try:
             self.budget_growth = parse_growth(config.getini("npu_lazy_budget_growth"))
@@ -358,6 +364,7 @@ class Resolver:
             preload_source="marker" if "preload" in options else self.preload_source,
             watch=self.watch,
             list_modules=self.list_modules,
+            check_grad=self.check_grad,
         )
 
 

@@ -12,5 +12,6 @@ process for an unmarked test) and imports nothing of isolation or reports.
 - :mod:`.modules`: questions about module names, answered without importing;
 - :mod:`.device_calls`: the ACL / HCCL calls the CANN stub or emulation recorded, per phase;
 - :mod:`.inductor_cache`: the Inductor cache each isolated test starts with, and the one its compilations met;
-- :mod:`.reference`: the eager reference a first compiled call is compared with, and what computed each side.
+- :mod:`.reference`: the eager reference a first compiled call is compared with, what computed each side, gradients;
+- :mod:`.host_copy`: CPU copies of what a compiled function reaches, for a reference apart from the emulation.
 """

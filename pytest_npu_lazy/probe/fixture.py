@@ -20,7 +20,8 @@ from ..cann.compute.ledger import LEDGER
 from ..errors import BaselineContaminatedError, BlockError, NpuLazyWarning, ProbeUsageError
 from .modules import unknown_name_problem
 from .recorder import ImportRecord
-from .reference import EagerReference
+from .reference import (CHECK_ATTRIBUTE, Check, EagerReference, backward, cotangents_for, gradient_inputs,
+                        requires_grad)
 from .state import (RESERVED_PHASES, PhaseSpan, ProbeState, _explaining_record, active_state,
 
                     format_chain, set_active_state)
@@ -51,12 +52,13 @@ class CompiledFunction:
     """A ``torch.compile`` result whose calls are phases and whose first call is checked."""
 
     def __init__(self, probe: "NpuLazy", fn: Callable, compiled: Callable, prefix: str,
-                 check_eager: bool, rtol: float | None, atol: float | None) -> None:
+                 check_eager: bool, check_grad: bool, rtol: float | None, atol: float | None) -> None:
         self.fn = fn
         self.compiled = compiled
         self._probe = probe
         self._prefix = prefix
         self._check_eager = check_eager
+        self._check_grad = check_grad
         self._tolerances = {"rtol": rtol, "atol": atol} if rtol is not None or atol is not None else {}
         self.calls = 0
 
@@ -70,10 +72,45 @@ class CompiledFunction:
             out = self.compiled(*args, **kwargs)
         self.calls += 1
         if reference is not None:
-            with state.enter(self._prefix + "eager", repeatable=True):
-                expected = reference.run()
-            reference.assert_matches(out, expected, self._tolerances, phase, LEDGER.since(computed_before))
+            self._check(reference, out, args, kwargs, phase, computed_before)
         return out
+
+    def _check(self, reference: EagerReference, out: Any, args: tuple, kwargs: dict, phase: str,
+               computed_before: int) -> None:
+        """Eager against the compiled call (outputs, inputs updated in place, and gradients where asked); every
+        check is kept for the reports, a failing one too."""
+        __tracebackhide__ = True
+        state = self._probe._state
+        with state.enter(self._prefix + "eager", repeatable=True):
+            expected = reference.run()
+        check = Check(phase=phase, reference=reference.description)
+        try:
+            check = reference.compare(out, expected, self._tolerances, phase, computed_before,
+                                      actual_inputs=(args, kwargs))
+            if self._check_grad and requires_grad(out):
+                self._check_gradients(reference, out, expected, args, kwargs, phase, check)
+        except AssertionError as error:
+            check = getattr(error, CHECK_ATTRIBUTE, check)
+            check.passed = False
+            raise
+        finally:
+            state.checks.append(check.to_dict())
+
+    def _check_gradients(self, reference: EagerReference, out: Any, expected: Any, args: tuple, kwargs: dict,
+                         phase: str, check: Check) -> None:
+        __tracebackhide__ = True
+        state = self._probe._state
+        names, wrt = gradient_inputs(self.fn, args, kwargs)
+        reference_args, reference_kwargs = reference.inputs_after()
+        _, reference_wrt = gradient_inputs(reference.fn, reference_args, reference_kwargs)
+        cotangents = cotangents_for(out)
+        since = len(LEDGER.entries)
+        with state.enter(self._prefix + "first_backward", repeatable=True):
+            compiled_grads = backward(out, wrt, cotangents)
+        with state.enter(self._prefix + "eager_backward", repeatable=True):
+            reference_grads = backward(expected, reference_wrt, cotangents)
+        reference.compare_gradients(compiled_grads, reference_grads, names, self._tolerances,
+                                    self._prefix + "first_backward", since, check)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.compiled, name)
@@ -116,13 +153,17 @@ class NpuLazy:
 
     # -- compile ----------------------------------------------------------
     def compile(self, fn: Callable, *, name: str | None = None, check_eager: bool = True,
-                rtol: float | None = None, atol: float | None = None,
+                check_grad: bool | None = None, rtol: float | None = None, atol: float | None = None,
                 **torch_compile_kwargs: Any) -> CompiledFunction:
         """``torch.compile`` in phase ``wrap``; calls run in ``first_call`` then ``call``.
 
         The first call is compared with eager (``torch.testing.assert_close``)
-        unless ``check_eager=False``. A second compile in one test needs its
-        own ``name``, which prefixes its phases (``name.wrap`` ...).
+        unless ``check_eager=False``: its outputs, and inputs it updated in
+        place. ``check_grad`` (default: ini ``npu_lazy_check_grad``): where an
+        output requires grad, the backward too (phase ``first_backward``
+        against ``eager_backward``), gradients of the tensor inputs that
+        require grad and of a module's parameters. A second compile in one
+        test needs its own ``name``, which prefixes its phases (``name.wrap`` ...).
         """
         if name is None and self._compiles:
             raise ProbeUsageError("this test already compiled a function; give the next one a name: "
@@ -133,7 +174,8 @@ class NpuLazy:
 
         with self._state.enter(prefix + "wrap"):
             compiled = torch.compile(fn, **torch_compile_kwargs)
-        return CompiledFunction(self, fn, compiled, prefix, check_eager, rtol, atol)
+        check_grad = self._state.check_grad if check_grad is None else bool(check_grad)
+        return CompiledFunction(self, fn, compiled, prefix, check_eager, check_grad, rtol, atol)
 
     # -- questions --------------------------------------------------------
     def loaded(self, pattern: str) -> list[str]:

@@ -99,6 +99,10 @@ class ProbeState:
     computed_before: int = 0
     #: what the test recorded for its report with npu_lazy.record (a generated kernel's source, a boundary)
     records: dict[str, str] = field(default_factory=dict)
+    #: each compiled call compared with eager: what computed each output, which reference (reference.Check)
+    checks: list[dict] = field(default_factory=list)
+    #: whether npu_lazy.compile checks gradients unless told (ini npu_lazy_check_grad)
+    check_grad: bool = False
     #: the loads a module zygote made, grouped once for every child's summary (:meth:`freeze_imports`)
     _frozen: "FrozenImports | None" = None
 
@@ -123,6 +127,7 @@ class ProbeState:
         self.watch = tuple(settings.watch)
         self.list_modules = settings.list_modules
         self.inductor_cache_policy = "shared" if self.in_process_reason is not None else settings.inductor_cache
+        self.check_grad = settings.check_grad
         return self
 
     def __post_init__(self) -> None:
@@ -319,6 +324,8 @@ class ProbeState:
             device_calls_unavailable=self.device_log.unavailable,
             device_calls_dropped=self.device_log.dropped,
             records=dict(self.records),
+            checks=tuple(self.checks),
+            cann_mode=os.environ.get(ENV_MODE),
             isolation=self.isolation,
             baseline=self.baseline_label,
             preload=tuple(self.preload),

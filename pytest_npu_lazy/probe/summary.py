@@ -63,13 +63,18 @@ class Summary:
     device_calls_dropped: int = 0
     #: what the test kept with ``npu_lazy.record``
     records: dict = field(default_factory=dict)
+    #: each compiled call compared with eager (``npu_lazy.compile``): ``phase``, ``reference``, ``passed``, and per
+    #: output and gradient what computed it (``by``: a Triton kernel in the interpreter, the host's ATen, a device)
+    checks: tuple = ()
+    #: the CANN mode the test ran under (--npu-lazy-cann): a compute pass is never read as a device pass
+    cann_mode: Optional[str] = None
     #: the child died before its teardown report: the phases it reached, not what they loaded
     incomplete: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON data, the inverse of :meth:`from_dict`."""
         data = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name in ("preload", "blocked", "watch", "phases"):
+        for name in ("preload", "blocked", "watch", "phases", "checks"):
             data[name] = list(data[name])
         data["records"] = dict(self.records)
         return data
@@ -80,7 +85,7 @@ class Summary:
         plugin), a key it does not know is ignored."""
         known = {f.name for f in fields(cls)}
         values = {key: value for key, value in data.items() if key in known}
-        for name in ("preload", "blocked", "watch", "phases"):
+        for name in ("preload", "blocked", "watch", "phases", "checks"):
             if name in values:
                 values[name] = tuple(values[name])
         values.setdefault("isolation", "fork")

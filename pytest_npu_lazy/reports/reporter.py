@@ -152,6 +152,10 @@ def junit_properties(result: Result) -> list[tuple[str, str]]:
                                             + " <- ".join(v["chain"])))
     if result.budget:
         props.append(("npu_lazy.budget", budget.short(result.budget)))
+    if summary.cann_mode:
+        props.append(("npu_lazy.cann_mode", summary.cann_mode))
+    for check in summary.checks:
+        props.append((f"npu_lazy.checked.{check['phase']}", " ".join(terminal.check_units(check))))
     return props
 
 
@@ -318,6 +322,12 @@ class Reporter:
                 verdict = self._verdict(isolated[entry["nodeid"]])
                 for text, markup in terminal.entry_lines(entry, verbosity, width, verdict):
                     write(text, **markup)
+        tally = terminal.check_tally(entries)
+        if tally:
+            terminalreporter.write_sep("=", "npu_lazy: compiled values checked")
+            for line in tally:
+                for text in terminal.fit([line], "", width):
+                    write(text)
         if self.baseline is not None:
             over = [e for e in self.results.values() if e.budget]
             terminalreporter.write_sep("=", "npu_lazy import budget", red=bool(over), green=not over)

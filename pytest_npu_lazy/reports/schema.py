@@ -89,7 +89,8 @@ def result_entry(nodeid: str, outcome: str, duration: float, *, message: str | N
 
 #: the summary's keys of a test that ran in the pytest process
 _NOT_ISOLATED = {"inductor_cache": None, "inductor_cache_policy": None, "isolation": None, "baseline": None, "preload": [], "blocked": [],
-                 "device_calls_unavailable": None, "device_calls_dropped": 0, "records": {}, "phases": []}
+                 "device_calls_unavailable": None, "device_calls_dropped": 0, "records": {}, "phases": [],
+                 "checks": [], "cann_mode": None}
 
 
 def _summary_keys(summary: Summary, with_modules: bool) -> dict:
@@ -98,17 +99,32 @@ def _summary_keys(summary: Summary, with_modules: bool) -> dict:
             "preload": list(summary.preload), "blocked": list(summary.blocked),
             "device_calls_unavailable": summary.device_calls_unavailable,
             "device_calls_dropped": summary.device_calls_dropped, "records": dict(summary.records),
+            "checks": list(summary.checks), "cann_mode": summary.cann_mode,
             "phases": [phase_entry(p, with_modules) for p in summary.phases]}
 
 
+def counts(tests: list[dict]) -> dict:
+    """The run's totals, so that a CI reads them instead of counting: tests per outcome, and compiled values
+    compared with eager per what produced them (``checked``: the ledger's ``by``, e.g. "Triton interpreter")."""
+    outcomes = {outcome: 0 for outcome in OUTCOMES}
+    checked: dict[str, int] = {}
+    for test in tests:
+        outcomes[test["outcome"]] = outcomes.get(test["outcome"], 0) + 1
+        for check in test.get("checks") or []:
+            for row in (*check.get("outputs", ()), *check.get("gradients", ())):
+                checked[row["by"]] = checked.get(row["by"], 0) + 1
+    return {"tests": len(tests), **outcomes, "checked": checked}
+
+
 def document(environment: dict, run: dict, tests: list[dict]) -> dict:
-    """The whole report: header, run facts and tests in the order they finished."""
+    """The whole report: header, run facts, totals, and tests in the order they finished."""
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "environment": environment,
         "run": run,
+        "counts": counts(tests),
         "tests": tests,
     }
 

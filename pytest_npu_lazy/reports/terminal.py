@@ -143,6 +143,9 @@ def entry_lines(entry: dict, verbosity: int = 0, width: int = 80,
         said = computed_by(phase.get("computed") or [])
         if said:
             lines += [(line, {}) for line in fit([f"computed in {phase['name']}:", *said], "    ", width)]
+    for check in entry.get("checks") or []:  # what produced each value compared with eager
+        lines += [(line, {} if kernel_checked(check) or not _on_emulated_npu(check) else {"yellow": True})
+                  for line in fit(check_units(check), "    ", width)]
     if len(violation.get("chain") or ()) > 1:  # a loaded module's import chain, a device call's Python line
         links = joined([["violation:", violation["chain"][0]], *[[link] for link in violation["chain"][1:]]], " <-")
         lines += [(line, {"red": True}) for line in fit(links, "    ", width)]
@@ -162,6 +165,69 @@ def own_time(entry: dict) -> float:
     phases = [p["duration"] for p in entry.get("phases") or [] if p["name"] in RUN_PHASES
               and p.get("parent") is None and p.get("duration") is not None]
     return sum(phases) if phases else entry["duration"]
+
+
+#: what produced a compared value, in words: the ledger's ``by`` (and the reference module's own kinds)
+PRODUCED_BY = {"Triton interpreter": "Triton kernel(s) in Triton's interpreter", "host ATen kernel": "the host's ATen",
+               "unchanged input": "unchanged (an input or buffer as it was)", "device": "the device"}
+
+
+def kernel_checked(check: dict) -> bool:
+    """A check compared at least one value a Triton kernel produced."""
+    return any(row.get("by") == "Triton interpreter" for row in (*check.get("outputs", ()), *check.get("gradients", ())))
+
+
+def _on_emulated_npu(check: dict) -> bool:
+    return any(row.get("by") in ("Triton interpreter", "host ATen kernel", "unchanged input")
+               for row in (*check.get("outputs", ()), *check.get("gradients", ())))
+
+
+def check_units(check: dict) -> list[str]:
+    """``checked first_call against eager: 2 outputs by Triton kernel(s) in Triton's interpreter (k);`` ... with a
+    warning first where no Triton kernel produced any of the compared values on the emulated NPU."""
+    units = [f"checked {check['phase']} against eager:"]
+    if _on_emulated_npu(check) and not kernel_checked(check):
+        units.insert(0, "NO TRITON KERNEL produced a compared value;")
+    for kind, rows in (("output", check.get("outputs", [])), ("gradient", check.get("gradients", []))):
+        by: dict[str, list[str]] = {}
+        for row in rows:
+            by.setdefault(row["by"], []).append(row.get("name", ""))
+        for source, names in by.items():
+            named = ", ".join(dict.fromkeys(n for n in names if n)) if source != "device" else ""
+            units.append(f"{len(names)} {kind}{'s' if len(names) != 1 else ''} by {PRODUCED_BY.get(source, source)}"
+                         + (f" ({named});" if named else ";"))
+    units[-1] = units[-1].rstrip(";")
+    if not check.get("passed", True):
+        units.append("[FAILED]")
+    return units
+
+
+def check_tally(entries: list[dict]) -> list[str]:
+    """The end-of-run lines of a compute run: how many compared values each kind of computation produced, and which
+    tests compared no Triton kernel's value (empty outside the emulated NPU that computes)."""
+    counts: dict[str, int] = {}
+    tests, without_kernel = 0, []
+    for entry in entries:
+        checks = [c for c in entry.get("checks") or [] if _on_emulated_npu(c)]
+        if not checks:
+            continue
+        tests += 1
+        for check in checks:
+            for row in (*check.get("outputs", ()), *check.get("gradients", ())):
+                counts[row["by"]] = counts.get(row["by"], 0) + 1
+        if not any(kernel_checked(c) for c in checks):
+            without_kernel.append(entry["nodeid"])
+    if not tests:
+        return []
+    total = sum(counts.values())
+    parts = ", ".join(f"{n} by {PRODUCED_BY.get(by, by)}" for by, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    lines = [f"compute mode (the emulated NPU: Triton's interpreter and the host's ATen, not a device): {total} "
+             f"compiled value(s) compared with eager in {tests} test(s): {parts}"]
+    if without_kernel:
+        named = ", ".join(without_kernel[:5]) + (f" and {len(without_kernel) - 5} more (-v lists each)"
+                                                 if len(without_kernel) > 5 else "")
+        lines.append(f"{len(without_kernel)} test(s) compared no value a Triton kernel produced: {named}")
+    return lines
 
 
 def computed_by(rows: list[dict]) -> list[str]:
