@@ -35,16 +35,29 @@ def generate_tensor(shape, dtype: str, low=None, high=None, positive: bool = Fal
     return torch.randint(-9 if low is None else low, 9 if high is None else high, shape, dtype=torch_dtype).npu()
 
 
-def compile_and_compare(op, *inputs, rtol=None, atol=None, equal_nan=False):
-    """Eager on the NPU, then compiled on the NPU, compared as torch_npu's tests compare them."""
+def compile_and_run(op, *inputs):
+    """Eager on the NPU, then compiled on the NPU: (compiled result, eager result), as torch_npu's tests make them."""
     import torch
 
     torch._dynamo.reset()
     std_result = op(*inputs)
     inductor_result = torch.compile(op, backend="inductor")(*inputs)
+    return inductor_result, std_result
+
+
+def assert_equal_to_eager(compiled, eager, rtol=None, atol=None, equal_nan=False) -> None:
+    """Compared as torch_npu's tests compare them (``assert_close``; its default tolerances unless given)."""
+    import torch
+
     tolerances = {"rtol": rtol, "atol": atol} if rtol is not None or atol is not None else {}
-    torch.testing.assert_close(inductor_result, std_result, equal_nan=equal_nan, **tolerances)
-    return inductor_result
+    torch.testing.assert_close(compiled, eager, equal_nan=equal_nan, **tolerances)
+
+
+def compile_and_compare(op, *inputs, rtol=None, atol=None, equal_nan=False):
+    """compile_and_run, then assert_equal_to_eager: the compiled result."""
+    compiled, eager = compile_and_run(op, *inputs)
+    assert_equal_to_eager(compiled, eager, rtol=rtol, atol=atol, equal_nan=equal_nan)
+    return compiled
 
 
 def kernels_since(index: int) -> list[str]:
