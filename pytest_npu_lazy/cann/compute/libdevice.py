@@ -70,13 +70,15 @@ def ldexp(x: np.ndarray, exponent: np.ndarray) -> np.ndarray:
     if not np.issubdtype(exponent.dtype, np.integer):
         with np.errstate(invalid="ignore"):
             exponent = np.clip(np.trunc(exponent), INT_MIN, INT_MAX).astype(np.int64)
-    return np.ldexp(x, np.clip(exponent, INT_MIN, INT_MAX).astype(np.int32))
+    with np.errstate(over="ignore"):  # overflow to infinity is the definition, not a mishap
+        return np.ldexp(x, np.clip(exponent, INT_MIN, INT_MAX).astype(np.int32))
 
 
 def round_half_away(x: np.ndarray) -> np.ndarray:
     """C's ``round``: to the nearest integer, halves away from zero (``x - trunc(x)`` is exact in floating point)."""
     whole = np.trunc(x)
-    half = np.abs(x - whole) >= 0.5
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, and the result is x itself there
+        half = np.abs(x - whole) >= 0.5
     return np.where(half, whole + np.copysign(np.ones_like(x), x), whole).astype(x.dtype)
 
 
