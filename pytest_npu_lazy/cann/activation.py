@@ -326,6 +326,12 @@ def _activate(mode: str, cache_root: Path) -> CannStatus:
         return CannStatus(mode, "absent", None, None, "torch_npu is not installed")
     if "torch_npu" in sys.modules:
         return _already_imported(mode, cache_root)
+    if mode == "compute":
+        from .compute.interpreter import triton_problem
+
+        problem = triton_problem()
+        if problem is not None:
+            raise CannError(problem)
     spec = _installed_spec(package_dir, cache_root)
     if mode in ("stub", *EMULATED_MODES):
         return _activate_stub(mode, spec, cache_root, f"requested with mode {mode!r}",

@@ -451,3 +451,37 @@ def test_a_wrong_backward_kernel_is_caught_where_gradients_are_checked(run_pytes
         assert test["checks"][0]["gradients"][0]["by"] == "Triton interpreter", test["checks"]
         kernels = [r for r in _phase(test, "first_backward")["computed"] if r["by"] == "Triton interpreter"]
         assert kernels, "the backward kernels are interpreted and named in their own phase"
+
+
+def test_compute_mode_without_an_importable_triton_is_refused_at_start_naming_the_fix(run_pytest, pytester,
+                                                                                     monkeypatch):
+    """triton-ascend installed but pybind11 missing (its ascend backend imports it): Triton is found, not importable.
+    Compute mode is refused before any test runs, naming the missing module and the extra that brings it."""
+    fake = pytester.path / "no_pybind11"
+    (fake / "pybind11").mkdir(parents=True)
+    (fake / "pybind11" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'pybind11'\", name='pybind11')\n")
+    monkeypatch.setenv("PYTHONPATH", str(fake))
+    _write(pytester, "test_any.py", "def test_any():\n    pass\n")
+    run = run_pytest(*COMPUTE)
+    text = run.text()
+    assert run.result.ret == pytest.ExitCode.USAGE_ERROR and not run.outcomes, text
+    assert "Triton does not import here: ModuleNotFoundError: No module named 'pybind11'" in text, text
+    assert "(the module 'pybind11' is missing)" in text
+    assert "pip install 'pytest-npu-lazy[compute]'" in text
+
+
+@pytest.mark.npu_lazy(preload=[])
+def test_compute_mode_without_triton_names_the_install(monkeypatch):
+    import importlib.util
+
+    from pytest_npu_lazy.cann.compute import interpreter
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else found(name, *a))
+    problem = interpreter.triton_problem()
+    assert problem.startswith("--npu-lazy-cann=compute runs torch_npu's Triton kernels in Triton's interpreter, "
+                              "but Triton is not installed. Install what compute mode needs: pip install "
+                              "'pytest-npu-lazy[compute]'"), problem
+    monkeypatch.setattr(importlib.util, "find_spec", found)
+    assert interpreter.triton_problem() is None  # the environment of this suite has triton-ascend and pybind11

@@ -103,6 +103,56 @@ def planned() -> list[str]:
     return bridges + ["device numerics", "device reductions", "arguments aliased"]
 
 
+#: what compute mode needs besides torch_npu, as the extra that brings it
+COMPUTE_EXTRA = "pip install 'pytest-npu-lazy[compute]'  (triton-ascend and pybind11)"
+
+#: run in a fresh interpreter: does Triton import, and is it triton-ascend? (the pytest process must not import it:
+#: every zygote forked from it would have Triton loaded before its tests start)
+_TRITON_CHECK = """
+import json, os, sys, traceback
+os.environ["TRITON_INTERPRET"] = "1"
+answer = {"ok": True}
+try:
+    import triton, triton.language
+    answer["ascend"] = os.path.isdir(os.path.join(os.path.dirname(triton.__file__), "language", "extra", "ascend"))
+except BaseException as error:
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if "importlib" not in f.filename]
+    where = frames[-1] if frames else None
+    answer = {"ok": False, "error": f"{type(error).__name__}: {error}", "missing": getattr(error, "name", None),
+              "where": f"{os.path.basename(os.path.dirname(where.filename))}/{os.path.basename(where.filename)}:"
+                       f"{where.lineno}" if where else None}
+print(json.dumps(answer))
+"""
+
+
+def triton_problem(python: str | None = None) -> str | None:
+    """Why compute mode cannot run torch_npu's kernels here (Triton absent, not importable, not triton-ascend),
+    asked of a fresh interpreter; None where it can."""
+    import json
+    import subprocess
+
+    if importlib.util.find_spec("triton") is None:
+        return (f"--npu-lazy-cann=compute runs torch_npu's Triton kernels in Triton's interpreter, but Triton is not "
+                f"installed. Install what compute mode needs: {COMPUTE_EXTRA}")
+    env = dict(os.environ, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    try:
+        done = subprocess.run([python or sys.executable, "-c", _TRITON_CHECK], capture_output=True, text=True,
+                              env=env, timeout=120)
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as error:
+        return f"--npu-lazy-cann=compute could not check that Triton imports here: {error}"
+    if not answer["ok"]:
+        missing = f" (the module {answer['missing']!r} is missing)" if answer.get("missing") else ""
+        where = f", raised at {answer['where']}" if answer.get("where") else ""
+        return (f"--npu-lazy-cann=compute runs torch_npu's Triton kernels in Triton's interpreter, but Triton does "
+                f"not import here: {answer['error']}{missing}{where}. Install what compute mode needs: {COMPUTE_EXTRA}")
+    if not answer.get("ascend"):
+        return (f"--npu-lazy-cann=compute needs triton-ascend: torch_npu's kernels import libdevice from "
+                f"triton.language.extra (cann or ascend), which the installed {_triton_version()} lacks. "
+                f"Install what compute mode needs: {COMPUTE_EXTRA}")
+    return None
+
+
 def _triton_version() -> str:
     from importlib import metadata
 
