@@ -65,7 +65,7 @@ def reached(fn) -> list:
 
 def _filled(cell) -> bool:
     try:
-        cell.cell_contents
+        _ = cell.cell_contents
     except ValueError:  # a cell not yet assigned
         return False
     return True

@@ -199,6 +199,10 @@ def resolve(spec: str, directory: Path, read_stdin: Callable[[], str]) -> Change
     names = [n.strip() for n in spec.split(",") if n.strip()]
     if not all("/" in n or "." in n or (base / n).exists() for n in names):
         bad = next(n for n in names if not ("/" in n or "." in n or (base / n).exists()))
+        if top is None:
+            raise SelectionError(f"--npu-lazy-changed={spec}: {bad!r} is not a file here, and {base} is not in a git "
+                                 "repository, so it cannot name a revision: run from the repository's checkout, or "
+                                 f"give {SPEC_HELP}.")
         raise SelectionError(f"--npu-lazy-changed={spec}: {bad!r} is neither a git revision here nor a file; give "
                              f"{SPEC_HELP}.")
     return ChangeSet(spec, f"{len(names)} listed files", tuple(FileChange(n, "listed") for n in names), base)

@@ -170,11 +170,13 @@ class SelectionMap:
     @classmethod
     def read(cls, path: Path) -> "SelectionMap":
         """Read a map; a missing, corrupt or foreign file is refused, naming the fix."""
-        retake = f"take it again: pytest -p npu_lazy --npu-lazy-take-map --npu-lazy-map={path} <tests>"
+        take = f"pytest -p npu_lazy --npu-lazy-take-map --npu-lazy-map={path} <tests>"
+        retake = f"take it again: {take}"
         try:
             text = Path(path).read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise SelectionError(f"no selection map at {path}: {retake}, or point --npu-lazy-map at one.") from None
+            raise SelectionError(f"no selection map at {path}: take one first, once per base revision ({take}), "
+                                 "or point --npu-lazy-map at one.") from None
         except OSError as exc:
             raise SelectionError(f"the selection map {path} cannot be read ({exc.strerror}).") from None
         try:

@@ -16,6 +16,8 @@ import pytest
 pytestmark = [pytest.mark.needs("torch", "triton"), pytest.mark.npu_lazy(preload=["numpy"])]
 
 INF, NAN = float("inf"), float("nan")
+#: triton-ascend's libdevice, set by the kernel test once Triton loads interpreted (a kernel finds it here, a global)
+libdevice = None
 INT_MIN, INT_MAX = -(2 ** 31), 2 ** 31 - 1
 
 

@@ -256,10 +256,12 @@ def test_under_xdist_the_map_is_whole_and_workers_select_alike(suite, run_pytest
 
 @pytest.mark.parametrize("setup, args, message", [
     ("missing", ["--npu-lazy-changed=x.py"], "no selection map at"),
+    ("missing", ["--npu-lazy-changed=x.py"], "take one first, once per base revision"),
     ("corrupt", ["--npu-lazy-changed=x.py"], "is not a selection map (not JSON"),
     ("foreign", ["--npu-lazy-changed=x.py"], "is not a selection map of pytest-npu-lazy"),
     ("map", ["--npu-lazy-changed=x.py", "--npu-lazy-take-map"], "cannot be combined"),
-    ("map", ["--npu-lazy-changed=nosuchrevision"], "is neither a git revision here nor a file"),
+    ("git", ["--npu-lazy-changed=nosuchrevision"], "is neither a git revision here nor a file"),
+    ("map", ["--npu-lazy-changed=HEAD~1"], "is not in a git repository, so it cannot name a revision"),
     ("map", ["--npu-lazy-changed=-"], "read an empty diff from stdin"),
 ])
 def test_bad_input_is_refused_naming_the_fix(pytester, run_pytest, setup, args, message):
@@ -269,9 +271,11 @@ def test_bad_input_is_refused_naming_the_fix(pytester, run_pytest, setup, args, 
         target.write_text("{not json")
     elif setup == "foreign":
         target.write_text(json.dumps({"tests": {}}))
-    elif setup == "map":
+    elif setup in ("map", "git"):
         target.write_text(json.dumps({"format": "pytest-npu-lazy selection map", "version": 1, "packages": ["json"],
                                       "versions": {}, "files": {}, "evidence": {}, "tests": {}}))
+    if setup == "git":
+        subprocess.run(["git", "init", "-q", str(pytester.path)], check=True)
     run = run_pytest("-p", "npu_lazy", *args)
     assert run.result.ret == pytest.ExitCode.USAGE_ERROR
     assert message in run.text()
