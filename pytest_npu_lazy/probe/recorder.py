@@ -15,6 +15,7 @@ system (``module_from_spec`` + ``exec_module``) are picked up by a
 
 from __future__ import annotations
 
+import collections
 import fnmatch
 import itertools
 import linecache
@@ -44,7 +45,10 @@ _HARNESS_DIRS = (
     os.sep + "_pytest" + os.sep,
     os.sep + "pluggy" + os.sep,
 )
+#: frames kept nearest the import, and nearest the harness (the test's own lines), of a deeper code path: Dynamo
+#: compiles a first call through a hundred frames, and the chain must still end at the test's line
 _MAX_CALLERS = 12
+_TAIL_CALLERS = 4
 
 
 @dataclass(frozen=True)
@@ -405,14 +409,18 @@ class ImportRecorder:
             return
         record.trigger = _location(frame)
         callers = []
-        while frame is not None and len(callers) < _MAX_CALLERS:
+        tail: collections.deque = collections.deque(maxlen=_TAIL_CALLERS)  # the frames nearest the harness
+        while frame is not None:
             filename = frame.f_code.co_filename
             if _is_harness(filename) or (_is_machinery(filename) and not root):
                 break
             if not _is_machinery(filename):
-                callers.append(_location(frame))
+                if len(callers) < _MAX_CALLERS:
+                    callers.append(_location(frame))
+                else:
+                    tail.append(frame)
             frame = frame.f_back
-        record.callers = tuple(callers)
+        record.callers = tuple(callers) + tuple(_location(f) for f in tail)
 
 
 _MISSING = object()

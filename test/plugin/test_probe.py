@@ -30,6 +30,32 @@ def test_failure_names_module_phase_chain_and_line(run_pytest, pytester):
     assert "from heavy import helpers" in message  # the source line
 
 
+def test_a_chain_through_a_deep_code_path_still_reaches_the_tests_line(run_pytest, pytester):
+    """Dynamo compiles a first call through a hundred frames before Inductor imports torch_npu._inductor: the chain
+    keeps the frames nearest the import and those nearest the test, so it ends at the test's own line."""
+    pytester.makepyfile(deep="""
+        def descend(depth):
+            if depth:
+                return descend(depth - 1)
+            import heavy.core
+    """)
+    pytester.makepyfile(test_deep="""
+        import pytest
+
+        @pytest.mark.npu_lazy(preload=[])
+        def test_deep(npu_lazy):
+            import deep
+            with npu_lazy.phase("first_call"):
+                deep.descend(60)
+            npu_lazy.assert_not_loaded("heavy.helpers")
+    """)
+    run = run_pytest()
+    message = run.report("test_deep", "call")["longrepr"]
+    chain = message.split("import chain:")[1].splitlines()[0]
+    assert chain.startswith(" heavy.helpers <- heavy.core (heavy/core.py:1 in <module>) <- deep (deep.py:"), chain
+    assert chain.endswith("<- test_deep (test_deep.py:7 in test_deep)"), chain
+
+
 def test_lazy_import_names_the_function_that_loaded_it(run_pytest, pytester):
     pytester.makepyfile(test_lazy="""
         import pytest
