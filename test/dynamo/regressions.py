@@ -8,6 +8,7 @@ fail with a message that points at the cause.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Callable
 
@@ -407,3 +408,130 @@ REGRESSIONS.update({
     "wrapper_initialises_device": wrapper_initialises_device,
     "runtime_initialised_twice": runtime_initialised_twice,
 })
+
+
+# -- group field: the failures users hit (test_import_order, test_workers, test_reentry, test_threads) ---------
+
+
+def autoload_guard_removed() -> None:
+    """torch-spyre#2925's bug in torch_npu: its ``__init__`` no longer holds device-backend autoload off around its
+    own ``import torch``, so torch's autoload imports the half-imported torch_npu again."""
+    import importlib.abc
+    import importlib.util
+
+    guard = 'os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"'
+
+    class WithoutGuard(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname != "torch_npu":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.util.find_spec(fullname)
+
+            def exec_without_guard(module) -> None:
+                with open(spec.origin, encoding="utf-8") as handle:
+                    source = handle.read()
+                if guard not in source:
+                    raise AssertionError(f"the regression cannot be made: {spec.origin} has no {guard!r}")
+                exec(compile(source.replace(guard, "pass", 1), spec.origin, "exec"), module.__dict__)  # noqa: S102
+
+            spec.loader.exec_module = exec_without_guard
+            return spec
+
+    sys.meta_path.insert(0, WithoutGuard())
+
+
+def dynamo_setup_imports_npu_inductor() -> None:
+    """torch_npu's Dynamo set-up (its backend registration) imports torch_npu._inductor: where Dynamo was imported
+    before torch_npu, ``import torch_npu`` then loads NPU Inductor."""
+
+    def register_then_import(original, _module):
+        def _register_backends(*args, **kwargs):
+            import torch_npu._inductor  # noqa: F401
+
+            return original(*args, **kwargs)
+
+        return _register_backends
+
+    _replace("torch_npu.dynamo", lambda module: module, "_register_backends", register_then_import)
+
+
+def triton_key_depends_on_torch_npu() -> None:
+    """triton-ascend#2232's bug: Triton's Ascend backend package cannot be imported while torch_npu is not loaded,
+    so ``triton_key()`` (which walks the backends' packages and skips one that fails to import) differs with and
+    without torch_npu. Made after ``import triton`` (which loads the backends by path): the package's entry in
+    sys.modules is None (an ImportError for every importer) until torch_npu has loaded."""
+    held: dict = {}
+
+    def hide(_module) -> None:
+        held["module"] = sys.modules.get("triton.backends.ascend")
+        sys.modules["triton.backends.ascend"] = None
+        after_import("torch_npu", lambda _torch_npu: sys.modules.__setitem__("triton.backends.ascend", held["module"]))
+
+    after_import("triton", hide)
+
+
+def backend_load_not_recorded_at_import() -> None:
+    """A direct ``import torch_npu._inductor`` loads the backend without recording it (as if the record moved from
+    ``_load_backend`` into the registry), so the first compiled call loads it again."""
+
+    def forget(_module) -> None:
+        sys.modules["torch_npu.utils._dynamo"]._InductorNpuRegistry._loaded_backend = None
+
+    after_import("torch_npu._inductor", forget)
+
+
+def fork_child_forgets_backend() -> None:
+    """A forked child resets the NPU Inductor registry ("reset state after fork"), so a worker of a parent that had
+    compiled loads the backend a second time in its copy of the parent's set-up."""
+
+    def patch(module) -> None:
+        os.register_at_fork(after_in_child=lambda: setattr(module._InductorNpuRegistry, "_loaded_backend", None))
+
+    after_import("torch_npu.utils._dynamo", patch)
+
+
+def compile_pool_with_autoload() -> None:
+    """torch_npu no longer holds device-backend autoload off while it warms Inductor's compile pool: the pool's
+    interpreters import torch_npu through torch's autoload."""
+
+    def patch(module) -> None:
+        AsyncCompile = module.AsyncCompile
+        warm_pool = AsyncCompile.warm_pool.__func__
+
+        def warm_pool_with_autoload(cls) -> None:
+            held = os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD")
+            os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "1"
+            try:
+                warm_pool(cls)
+            finally:
+                os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = held or "1"
+
+        AsyncCompile.warm_pool = classmethod(warm_pool_with_autoload)
+
+    after_import("torch._inductor.async_compile", patch)
+
+
+REGRESSIONS.update({
+    "autoload_guard_removed": autoload_guard_removed,
+    "dynamo_setup_imports_npu_inductor": dynamo_setup_imports_npu_inductor,
+    "triton_key_depends_on_torch_npu": triton_key_depends_on_torch_npu,
+    "backend_load_not_recorded_at_import": backend_load_not_recorded_at_import,
+    "fork_child_forgets_backend": fork_child_forgets_backend,
+    "compile_pool_with_autoload": compile_pool_with_autoload,
+})
+
+
+def order_dependent_inductor_config() -> None:
+    """``import torch_npu`` changes an Inductor setting only where torch._inductor was imported before it: the
+    process's Inductor config, and so its FX graph cache keys, depend on the import order."""
+
+    def patch(_module) -> None:
+        config = sys.modules.get("torch._inductor.config")
+        if config is not None:
+            config.unroll_reductions_threshold += 1
+
+    after_import("torch_npu", patch)
+
+
+REGRESSIONS["order_dependent_inductor_config"] = order_dependent_inductor_config
