@@ -297,6 +297,39 @@ def triton_backend_load_not_retryable(module: str) -> str | None:
 
 
 @lru_cache(maxsize=None)
+def registry_loads_from_a_half_imported_module() -> str | None:
+    """Why a first compiled call made while another thread imports ``torch_npu._inductor`` fails, or None.
+
+    ``_InductorNpuRegistry.register_inductor_npu`` (torch_npu/utils/_dynamo.py) imports torch_npu._inductor only
+    when the name is not in ``sys.modules``, and otherwise calls ``sys.modules["torch_npu._inductor"]._load_backend()``
+    itself. A module another thread is still importing is in ``sys.modules`` already (Python puts it there before
+    running it), so the call neither waits for that import (an ``import`` statement would, on the module's lock)
+    nor finds ``_load_backend`` before the module's last lines define it. Read from the installed file.
+    """
+    path = _package_file("torch_npu", "utils", "_dynamo.py")
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read(), path)
+    register = next((node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+                     and node.name == "register_inductor_npu" and any(
+                         isinstance(statement, ast.If) for statement in node.body)), None)
+    if register is None:
+        return None
+    check = next((node for node in ast.walk(register) if isinstance(node, ast.Compare)
+                  and ast.unparse(node) == "'torch_npu._inductor' not in sys.modules"), None)
+    direct = next((node for node in ast.walk(register) if isinstance(node, ast.Call)
+                   and ast.unparse(node.func) == "sys.modules['torch_npu._inductor']._load_backend"), None)
+    if check is None or direct is None:
+        return None
+    return (f"torch_npu: _InductorNpuRegistry.register_inductor_npu asks whether 'torch_npu._inductor' is in "
+            f"sys.modules (torch_npu/utils/_dynamo.py:{check.lineno}) and, where it is, calls its _load_backend() "
+            f"directly (:{direct.lineno}), without an import that would wait on the module's lock: a module another "
+            "thread is importing is in sys.modules before its code has run, so a first compiled call made meanwhile "
+            "finds no _load_backend")
+
+
+@lru_cache(maxsize=None)
 def inductor_cache_key_initialises_npu() -> str | None:
     """Where torch_npu's Inductor cache key asks for the current NPU, or None.
 
