@@ -224,9 +224,10 @@ def check_tally(entries: list[dict]) -> list[str]:
     lines = [f"compute mode (the emulated NPU: Triton's interpreter and the host's ATen, not a device): {total} "
              f"compiled value(s) compared with eager in {tests} test(s): {parts}"]
     if without_kernel:
-        named = ", ".join(without_kernel[:5]) + (f" and {len(without_kernel) - 5} more (-v lists each)"
-                                                 if len(without_kernel) > 5 else "")
-        lines.append(f"{len(without_kernel)} test(s) compared no value a Triton kernel produced: {named}")
+        lines.append(f"{len(without_kernel)} test(s) compared no value a Triton kernel produced:")
+        lines += [f"  {nodeid}" for nodeid in without_kernel[:5]]
+        if len(without_kernel) > 5:
+            lines.append(f"  and {len(without_kernel) - 5} more (-v lists each)")
     return lines
 
 
