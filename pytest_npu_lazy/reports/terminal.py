@@ -187,7 +187,7 @@ def check_units(check: dict) -> list[str]:
     warning first where no Triton kernel produced any of the compared values on the emulated NPU."""
     units = [f"checked {check['phase']} against eager:"]
     if _on_emulated_npu(check) and not kernel_checked(check):
-        units.insert(0, "NO TRITON KERNEL produced a compared value;")
+        units.insert(0, "NO TRITON KERNEL wrote a compared value last;")
     for kind, rows in (("output", check.get("outputs", [])), ("gradient", check.get("gradients", []))):
         by: dict[str, list[str]] = {}
         for row in rows:
@@ -224,7 +224,7 @@ def check_tally(entries: list[dict]) -> list[str]:
     lines = [f"compute mode (the emulated NPU: Triton's interpreter and the host's ATen, not a device): {total} "
              f"compiled value(s) compared with eager in {tests} test(s): {parts}"]
     if without_kernel:
-        lines.append(f"{len(without_kernel)} test(s) compared no value a Triton kernel produced:")
+        lines.append(f"{len(without_kernel)} test(s) compared no value a Triton kernel wrote last:")
         lines += [f"  {nodeid}" for nodeid in without_kernel[:5]]
         if len(without_kernel) > 5:
             lines.append(f"  and {len(without_kernel) - 5} more (-v lists each)")

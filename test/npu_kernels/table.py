@@ -32,6 +32,19 @@ def _computed(test: dict) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(kernels)), list(dict.fromkeys(host))
 
 
+def _compared(test: dict) -> str:
+    """What produced the values npu_lazy.compile compared (its checks), where the test used it: a phase that ran
+    kernels may still have compared only values the host's ATen produced."""
+    rows = [row for check in test.get("checks") or [] for row in (*check["outputs"], *check.get("gradients", ()))]
+    if not rows:
+        return ""
+    said = {"Triton interpreter": "Triton kernel", "host ATen kernel": "host ATen"}
+    parts = list(dict.fromkeys(f"{said.get(row['by'], row['by'])} `{row['name']}`" if row.get("name")
+                               else said.get(row["by"], row["by"]) for row in rows))
+    warning = "" if any(row["by"] == "Triton interpreter" for row in rows) else "**no kernel wrote them last** "
+    return warning + ", ".join(parts)
+
+
 def render(report: dict) -> str:
     tests = [t for t in report["tests"] if "npu_kernels/" in t["nodeid"]]
     environment = report["environment"]
@@ -46,7 +59,9 @@ def render(report: dict) -> str:
         "Each test is written as torch_npu writes its Inductor op tests: inputs made on the NPU, eager",
         "computed there (ATen's CPU kernels on the emulated device's host memory), the same function",
         "compiled with `torch.compile(backend=\"inductor\")` (torch_npu's NPU codegen; its Triton kernels",
-        "run in Triton's interpreter), the two compared with `torch.testing.assert_close`.",
+        "run in Triton's interpreter), the two compared with `torch.testing.assert_close`. Where a test compares",
+        "through `npu_lazy.compile`, the row says what last wrote the compared values (`compared:`): a phase",
+        "can run kernels and still compare only values the host's ATen wrote last (a `cat` of kernels' outputs).",
         "",
     ]
     by_kind: dict[str, Counter] = {}
@@ -75,6 +90,9 @@ def render(report: dict) -> str:
             by = "no Triton kernel (Inductor fell back to ATen): host"
         else:
             by = "-"
+        compared = _compared(test)
+        if compared:
+            by = f"compared: {compared}; ran: {by}"
         outcome = test["outcome"]
         if outcome in ("xfailed", "failed") and test.get("message"):
             by += f"; {test['message'].splitlines()[0][:200]}"

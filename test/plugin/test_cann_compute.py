@@ -414,7 +414,7 @@ def test_the_reference_takes_ordinary_code_and_says_what_produced_each_value(run
     assert helper["reference"].startswith("eager reference: the same function on the emulated NPU"), helper
     text = run.text()
     assert "npu_lazy: compiled values checked" in text
-    assert "1 test(s) compared no value a Triton kernel produced:\n  test_ordinary.py::test_a_bfloat16_module\n" in text, text
+    assert "1 test(s) compared no value a Triton kernel wrote last:\n  test_ordinary.py::test_a_bfloat16_module\n" in text, text
     assert _json(pytester, run)["counts"]["checked"]["host ATen kernel"] >= 1
 
 
