@@ -249,12 +249,6 @@ def describe(check: Check) -> str:
     return "\n".join([head, *lines, check.reference])
 
 
-def kernel_checked(check: dict) -> bool:
-    """Whether a check compared at least one value a Triton kernel produced (else only the host's ATen, a device's
-    own or unchanged values were compared)."""
-    return any(row.get("by") == TRITON_INTERPRETER for row in (*check["outputs"], *check.get("gradients", ())))
-
-
 def gradient_inputs(fn, args, kwargs) -> tuple[list[str], list]:
     """What a backward check differentiates: the tensor inputs that require grad, and the parameters of the modules
     the function is or reaches (its closure, defaults, the globals it names), in an order its copy repeats."""
