@@ -18,7 +18,9 @@ one markdown report. Each part is a module of its own with ``bench()``
    (``--only suite`` runs both);
 5. :mod:`benchmarks.compile_trigger`: torch_npu's test_compile_trigger.py as it is
    and with its helper calling run_python, when its path is given;
-6. :mod:`benchmarks.module_zygotes` (``--only modules``): isolation at fork cost.
+6. :mod:`benchmarks.module_zygotes` (``--only modules``): isolation at fork cost;
+7. :mod:`benchmarks.interpreter` (``--only interpreter``): Triton's interpreter under compute mode against the
+   interpreter as shipped and NumPy's vectorised pass.
 
 Each part names its entry in the results (``RESULT``), its ``TARGETS`` and
 the ``figures()`` judged against them. The harness imports the parts when
@@ -165,7 +167,7 @@ def parse_args(argv: list[str] | None, variants: dict, compile_trigger_env: str)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks import compile_trigger, module_zygotes, recorder, selection_map, suite, trivial, xdist
+    from benchmarks import compile_trigger, interpreter, module_zygotes, recorder, selection_map, suite, trivial, xdist
 
     args = parse_args(argv, trivial.VARIANTS, compile_trigger.ENV)
     env = base_env()
@@ -188,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
             results["xdist"] = xdist.bench(args, env, plain_run)
         if "modules" in args.parts:
             results["modules"] = module_zygotes.bench(args, env, work, run_pytest, per_test, forked_python, log)
+        if "interpreter" in args.parts:
+            results["interpreter"] = interpreter.bench(args, env)
         if "selection_map" in args.parts:
             results["selection_map"] = selection_map.bench(args, env, work, run_pytest, per_test, log)
         if "compile_trigger" in args.parts and args.compile_trigger:
@@ -200,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     results["load"]["end"] = loadavg()
     results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    sections = (trivial, suite, recorder, xdist, compile_trigger, module_zygotes, selection_map)  # the report's order
+    sections = (trivial, suite, recorder, xdist, compile_trigger, module_zygotes, selection_map,
+                interpreter)  # the report's order
     results["targets"] = judge(results, sections)
     table = markdown(results, sections)
     results["markdown"] = table

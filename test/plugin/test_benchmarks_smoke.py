@@ -137,3 +137,19 @@ def test_selection_map_part_times_both_columns(tmp_path):
             assert "error" not in entry, (name, column, entry.get("error"))
             assert entry["outcomes"].get("passed") == entry["tests"], (name, column, entry["outcomes"])
         assert row["map_kib"] > 0 and "extra_median_ms" in row, row
+
+
+def test_interpreter_part_times_each_kernel_beside_numpy(tmp_path):
+    """``--only interpreter``: every kernel ran in both variants, beside NumPy's pass, and the target is judged."""
+    json_path = tmp_path / "interpreter.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST"))}
+    result = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "interpreter", "--json",
+                             str(json_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    data = json.loads(json_path.read_text())
+    cases = data["interpreter"]["cases"]
+    assert len(cases) == 4, data["interpreter"]
+    for name, case in cases.items():
+        assert case["shipped_per_s"] > 0 and case["compute_per_s"] > 0 and case["numpy_per_s"] > 0, (name, case)
+    assert data["targets"]["compute_over_shipped_max"]["value"] > 0
+    assert "### Triton's interpreter under compute mode" in data["markdown"]
