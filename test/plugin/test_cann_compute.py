@@ -133,7 +133,7 @@ def test_first_call_on_npu(npu_lazy):
 
 def test_a_compiled_call_runs_the_npu_kernel_in_the_interpreter_and_says_so(run_pytest, pytester, tmp_path):
     _write(pytester, "test_compiled.py", COMPILED)
-    run = run_pytest(*COMPUTE, "--npu-lazy-json=report.json", "-p", "no:randomly")
+    run = run_pytest(*COMPUTE, "--npu-lazy-json=report.json", "-p", "no:randomly", "-v")  # -v: the CANN line
     assert run.outcomes == {"test_compiled.py::test_first_call_on_npu": "passed"}, run.text()
     text = run.text()
     assert "CANN: emulated NPU (Ascend910B3) that computes - eager operators by ATen's CPU kernels" in text
@@ -484,3 +484,36 @@ def test_compute_mode_without_triton_names_the_install(monkeypatch):
                               "'pytest-npu-lazy[compute]'"), problem
     monkeypatch.setattr(importlib.util, "find_spec", found)
     assert interpreter.triton_problem() is None  # the environment of this suite has triton-ascend and pybind11
+
+
+TRACED_IN_PLACE_VIEWS = '''
+import pytest
+
+pytestmark = pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
+
+
+def test_an_in_place_squeeze_of_int32(npu_lazy):
+    import torch
+
+    def f(x):
+        y = x.clone()
+        y.squeeze_(0)
+        return y + 1
+
+    npu_lazy.compile(f)(torch.randint(0, 5, (1, 8), dtype=torch.int32, device="npu"))
+
+
+def test_nanquantile(npu_lazy):
+    import torch
+    npu_lazy.compile(lambda x: torch.nanquantile(x, 0.5, dim=-1))(torch.randn(4, 16, device="npu"))
+'''
+
+
+def test_in_place_views_traced_by_inductor_reach_no_host_kernel(run_pytest, pytester):
+    """AOTAutograd's functionalization applies an in-place view (squeeze_) to wrappers without device memory: such an
+    operator changes sizes and strides only, so torch_npu's kernel keeps it (a host kernel would read the wrapper's
+    storage: 'Attempted to access the data pointer on an invalid python storage', as torch_npu's own
+    test/_inductor found for squeeze_ and nanquantile)."""
+    _write(pytester, "test_views.py", TRACED_IN_PLACE_VIEWS)
+    run = run_pytest(*COMPUTE, "-p", "no:randomly")
+    assert set(run.outcomes.values()) == {"passed"} and len(run.outcomes) == 2, run.text()

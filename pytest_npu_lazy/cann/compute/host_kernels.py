@@ -17,7 +17,9 @@ device's semantics:
   random numbers come from the CPU generator, so ``torch.manual_seed`` seeds them as on CPU.
 
 Left to torch_npu, because they compute nothing: views (a return that aliases an argument
-without writing it), allocation and storage bookkeeping (``empty*``, ``resize_``, ``set_``,
+without writing it), in-place views (``squeeze_``, ``transpose_``: sizes and strides, never
+bytes; functionalization calls them on wrappers that have no device memory while Inductor
+traces), allocation and storage bookkeeping (``empty*``, ``resize_``, ``set_``,
 ``record_stream``). Operators with no CPU kernel (torch_npu's ``npu_*`` operators, its
 collectives) keep torch_npu's kernel, which the emulation refuses (the device is lost):
 never a made-up value. Once the device is lost, every host kernel fails too, with the
@@ -251,7 +253,13 @@ def _refuse_mixed_devices(name: str, args, kwargs) -> None:
 
 
 def _computes_nothing(base: str, op) -> bool:
+    import torch
+
     if base in DEVICE_OWNED or base.startswith(DEVICE_OWNED_PREFIXES):
+        return True
+    if torch.Tag.inplace_view in op.tags:
+        # squeeze_, transpose_, as_strided_ ...: they change a tensor's sizes and strides, never its bytes, and
+        # functionalization calls them on wrappers that have no device memory (AOTAutograd tracing a compiled call)
         return True
     return any(r.alias_info is not None and not r.alias_info.is_write for r in op._schema.returns)  # a view
 
