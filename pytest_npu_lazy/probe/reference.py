@@ -274,7 +274,7 @@ def cotangents_for(outputs) -> list:
     import torch
 
     generator = torch.Generator().manual_seed(20261206)
-    result = []
+    result: list = []
     for value in _leaves(outputs):
         if isinstance(value, torch.Tensor) and value.is_floating_point():
             result.append(torch.randn(value.shape, generator=generator, dtype=torch.float32))

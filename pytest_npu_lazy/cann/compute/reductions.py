@@ -89,8 +89,8 @@ CALLS = {"minimum": ("is_floating", "promote_to_tensor"), "maximum": ("is_floati
 def _shape(function_def: ast.FunctionDef) -> str:
     """A function's arguments and statements, without its decorators and docstring: what it computes."""
     body = function_def.body
-    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-            and isinstance(body[0].value.value, str):
+    first = body[0] if body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
         body = body[1:]
     return "\n".join([ast.dump(function_def.args), *(ast.dump(statement) for statement in body)])
 
