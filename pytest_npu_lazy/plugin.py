@@ -193,10 +193,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     from .probe import inductor_cache
 
     gate = config.pluginmanager.get_plugin("npu_lazy_npu_gate")
-    lines = describe(config.stash[_CANN_KEY], gate.answer if gate else None).header_lines()
     policy = config.stash[_STATE_KEY].resolver.inductor_cache  # said under --npu-lazy-isolate=off too: one header
-    lines.append(f"npu_lazy: Inductor cache of isolated tests: {inductor_cache.describe(policy)}; tests run "
-                 "in-process share the process's")
+    lines = describe(config.stash[_CANN_KEY], gate.answer if gate else None).header_lines(
+        verbose=config.option.verbose > 0, inductor_cache=(policy, inductor_cache.DESCRIPTIONS[policy]))
     change_filter = config.pluginmanager.get_plugin("npu_lazy_change_filter")
     if change_filter is not None:
         lines.extend(change_filter.header())

@@ -22,6 +22,7 @@ package must run before them.
 - :mod:`.emulation`: the emulated NPU's model, built from ``emulation.c``;
 - ``device_calls.c``: the recorder every stub and emulation library links;
 - :mod:`.triton_driver`: the emulated NPU's Triton driver (compiles and runs nothing);
+- :mod:`.triton_import`: does ``import triton`` succeed here, asked of a fresh interpreter, cached per environment;
 - :mod:`.compute`: the emulated NPU that computes (eager operators on the host, Triton kernels interpreted);
 - :mod:`.activation`: real, stub, emulate, compute or off, made active before torch loads;
 - :mod:`.device`: does a real NPU answer;

@@ -24,6 +24,8 @@ REQUIRES_NPU_HELP = (
     "emulated NPU that computes (--npu-lazy-cann=compute) runs it, and plain emulation skips it; a real NPU "
     "runner runs it for real."
 )
+#: the longest default header line the Inductor cache policy may join
+HEADER_WIDTH = 124
 #: what ``requires_npu(emulated=...)`` takes
 EMULATED_CHOICES = (False, True, "compute")
 
@@ -53,16 +55,43 @@ class Environment:
     platform: str
     #: warnings hidden because they are false or harmless here, with the reason: ``[{"message", "reason", ...}]``
     hidden_warnings: tuple = ()
+    #: why ``import triton`` fails in a fresh interpreter here, where Triton is installed and does not import
+    triton_import_error: str | None = None
 
-    def header_lines(self) -> list[str]:
+    def header_lines(self, verbose: bool = False, inductor_cache: tuple[str, str] | None = None) -> list[str]:
+        """The plugin's lines in pytest's header: the one place that decides what a run shows.
+
+        By default two: what the run tests against (versions, Triton, the device and the CANN mode), and how
+        many known warnings are hidden, where their reasons are, and the Inductor cache policy where it fits.
+        With ``verbose`` (``-v``): the CANN line in full, each hidden warning with its reason, and the cache
+        policy explained. ``inductor_cache``: the policy's name and its explanation.
+        """
         triton = f"{self.triton_flavour} {self.triton}" if self.triton else self.triton_flavour
-        return [
-            f"npu_lazy: torch {self.torch or 'absent'}, torch_npu {self.torch_npu or 'absent'}, "
-            f"triton {triton}, device {self.device}",
-            f"npu_lazy: {self.cann}",
-        ] + [f"npu_lazy: hiding the warning {w['message']!r}: {w['reason']}" for w in self.hidden_warnings] + (
-            ["npu_lazy: (each is an ini-level filter: -W default, or a filterwarnings line of yours naming it, "
-             "shows it again)"] if self.hidden_warnings else [])
+        if self.triton_import_error:
+            triton += f" (does not import: {self.triton_import_error})"
+        cann = {"real": f", CANN: {self.cann_version or 'version unknown'}", "off": ", CANN: off"}.get(self.cann_mode, "")
+        lines = [f"npu_lazy: torch {self.torch or 'absent'}, torch_npu {self.torch_npu or 'absent'}, "
+                 f"triton {triton}, device {self.device}{cann}"]
+        policy, explained = inductor_cache or (None, None)
+        if verbose:
+            lines.append(f"npu_lazy: {self.cann}")
+            lines += [f"npu_lazy: hiding the warning {w['message']!r}: {w['reason']}" for w in self.hidden_warnings]
+            if self.hidden_warnings:
+                lines.append("npu_lazy: (each is an ini-level filter: -W default, or a filterwarnings line of yours "
+                             "naming it, shows it again)")
+            if policy:
+                lines.append(f"npu_lazy: Inductor cache of isolated tests: {policy} ({explained}); tests run "
+                             "in-process share the process's")
+            return lines
+        count = len(self.hidden_warnings)
+        parts = [f"{count} known warning{'s' if count != 1 else ''} hidden (reasons: -v, or the JSON report's "
+                 "environment.hidden_warnings)"] if count else []
+        cache = f"Inductor cache: {policy}" if policy else None
+        if cache and len("npu_lazy: " + "; ".join([*parts, cache])) <= HEADER_WIDTH:
+            parts.append(cache)
+        if parts:
+            lines.append("npu_lazy: " + "; ".join(parts))
+        return lines
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -106,7 +135,18 @@ def describe(cann: CannStatus, npu_checked: tuple[bool, str] | None = None) -> E
         triton_flavour=flavour, triton=triton, device=device,
         python=platform.python_version(), platform=f"{sys.platform}-{platform.machine()}",
         hidden_warnings=tuple(w.to_dict() for w in hidden_warnings(cann)),
+        triton_import_error=_triton_import_error(flavour),
     )
+
+
+def _triton_import_error(flavour: str) -> str | None:
+    """Why an installed Triton does not import here (asked of a fresh interpreter, cached per environment)."""
+    if flavour == "absent":
+        return None
+    from ..cann.triton_import import triton_import
+
+    answer = triton_import()
+    return None if answer.imports else answer.error
 
 
 def npu_missing_reason(cann: CannStatus, emulated_ok: bool | str = False) -> str | None:

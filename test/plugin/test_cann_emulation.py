@@ -261,7 +261,7 @@ def test_needs_real_hardware():
 
 def test_emulate_mode_runs_device_paths_in_fresh_children_and_says_so(run_pytest, pytester, without_inherited_stub):
     pytester.makepyfile(test_isolated=ISOLATED)
-    run = run_pytest("-rs", "--npu-lazy-cann=emulate", "--npu-lazy-json=report.json")
+    run = run_pytest("-rs", "--npu-lazy-cann=emulate", "--npu-lazy-json=report.json", "-v")  # -v: the CANN line
     assert run.outcomes == {"test_isolated.py::test_a_initialises_and_keeps_memory": "passed",
                             "test_isolated.py::test_b_starts_from_a_fresh_device": "passed",
                             "test_isolated.py::test_needs_real_hardware": "skipped"}, run.text()

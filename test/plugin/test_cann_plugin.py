@@ -29,7 +29,7 @@ def test_needs_a_device():
 
 def test_stub_makes_real_torch_npu_importable_and_says_so(run_pytest, pytester):
     pytester.makepyfile(test_imports=IMPORTS)
-    run = run_pytest("-rs", "--npu-lazy-cann=stub")
+    run = run_pytest("-rs", "--npu-lazy-cann=stub", "-v")  # -v: the CANN line in full
     assert run.outcomes == {"test_imports.py::test_import_torch_with_autoload": "passed",
                             "test_imports.py::test_import_torch_npu": "passed",
                             "test_imports.py::test_needs_a_device": "skipped"}, run.text()

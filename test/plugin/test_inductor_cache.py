@@ -88,7 +88,7 @@ def test_a_first_call_loads_the_same_on_every_cold_cache_and_less_when_warm(
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(user_cache))
     monkeypatch.delenv(policy.RUN_DIRECTORY_ENV, raising=False)  # this run owns its directory, and removes it
     run = run_pytest("-p", "npu_lazy", f"--npu-lazy-cann={mode}", "--npu-lazy-json=r.json",
-                     "--npu-lazy-json-modules")
+                     "--npu-lazy-json-modules", "-v")  # -v: the header explains the cache policy
     assert set(run.outcomes.values()) == {"passed"}, run.text()
     assert "npu_lazy: Inductor cache of isolated tests: cold (every graph lookup misses" in run.text()
     report = json.loads((pytester.path / "r.json").read_text())

@@ -51,7 +51,7 @@ def test_in_process():
 @pytest.mark.needs("torch")
 def test_torchs_script_method_deprecation_is_explained_and_the_users_filters_still_see_it(run_pytest, pytester):
     pytester.makepyfile(test_jit=SCRIPT_METHOD_TESTS)
-    run = run_pytest()
+    run = run_pytest("-v")  # each hidden warning's reason is in the header with -v
     assert set(run.outcomes.values()) == {"passed"}, run.text()
     text = run.text()
     assert f"npu_lazy: hiding the warning '{SCRIPT_METHOD}': torch " in text
@@ -108,7 +108,7 @@ def printing_preload(pytester, monkeypatch):
 
 @pytest.mark.needs("torch_npu")
 def test_ascend_home_path_on_the_stub_is_explained_not_passed_on(run_pytest, printing_preload):
-    run = run_pytest("--npu-lazy-cann=stub")
+    run = run_pytest("--npu-lazy-cann=stub", "-v")
     assert set(run.outcomes.values()) == {"passed"}, run.text()
     text = run.text()
     assert (f"npu_lazy: hiding the warning '{ASCEND_HOME_PATH}': torch_npu prints it at import when CANN's "

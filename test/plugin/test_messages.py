@@ -182,7 +182,7 @@ def test_false_triton_ascend_warning_is_hidden_with_its_reason(run_pytest, pytes
         def test_like_the_first_compiled_call():
             warnings.warn("triton-ascend is not installed. Please install it first.")
     """)
-    run = run_pytest("--npu-lazy-cann=stub")
+    run = run_pytest("--npu-lazy-cann=stub", "-v")  # -v: the header gives each hidden warning's reason
     assert run.outcomes == {"test_warns.py::test_like_the_first_compiled_call": "passed"}, run.text()
     assert "Please install it first" not in run.text()
     assert "npu_lazy: hiding the warning 'triton-ascend is not installed': triton-ascend" in run.text()
