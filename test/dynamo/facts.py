@@ -330,6 +330,30 @@ def registry_loads_from_a_half_imported_module() -> str | None:
 
 
 @lru_cache(maxsize=None)
+def npu_inductor_import_initialises_npu() -> str | None:
+    """Where importing ``torch_npu._inductor`` initialises the NPU, or None.
+
+    torch_npu 2.13.0's ``torch_npu/_inductor/config.py`` sets ``is_ascend950 = get_soc_version() >= Ascend950`` at
+    module level, and ``get_soc_version`` (torch_npu/npu/_backends.py) starts with ``torch_npu.npu._lazy_init()``:
+    so the import, which the first Inductor call makes and which a library may make at its own start-up, initialises
+    the NPU where one is present (aclInit, aclrtSetDevice), before any tensor is on it. Read from both files.
+    """
+    config = _package_file("torch_npu", "_inductor", "config.py")
+    if config is None:
+        return None
+    with open(config, encoding="utf-8") as handle:
+        tree = ast.parse(handle.read(), config)
+    call = next((node for statement in tree.body if not isinstance(statement, (ast.FunctionDef, ast.ClassDef))
+                 for node in ast.walk(statement)
+                 if isinstance(node, ast.Call) and ast.unparse(node.func) == "get_soc_version"), None)
+    where = _call_inside(("torch_npu", "npu", "_backends.py"), "get_soc_version", "torch_npu.npu._lazy_init")
+    if call is None or where is None:
+        return None
+    return (f"torch_npu: torch_npu/_inductor/config.py:{call.lineno} calls get_soc_version() at import, which "
+            f"initialises the NPU ({where}: torch_npu.npu._lazy_init())")
+
+
+@lru_cache(maxsize=None)
 def inductor_cache_key_initialises_npu() -> str | None:
     """Where torch_npu's Inductor cache key asks for the current NPU, or None.
 
