@@ -110,3 +110,59 @@ def test_bfloat16_operators_with_torch_npus_tolerance(name):
         op, _, arity = POINTWISE[name]
         inputs = [generate_tensor(SHAPE_OF["bfloat16"], "bfloat16", positive=name in POSITIVE) for _ in range(arity)]
     _compare(f"bfloat16_at_1e-3:{name}", "bfloat16", op, *inputs, **TORCH_NPU_TOLERANCE)
+
+
+#: every branch of torch_npu's pow lowering (torch_npu/_inductor/lowering.py, ``pow``): an integral float exponent
+#: becomes an int, 0.5 is sqrt, 1 a clone, small ints are unrolled (pow_recursive), large ones and tensor exponents
+#: go to the native pow, a scalar base 2 is exp2 and 1 a full_like; integer bases unroll or fall back to ATen
+POW_CASES = {
+    "half": (lambda x: x ** 0.5, "float32"),
+    "integral_float": (lambda x: x ** 2.0, "float32"),
+    "one": (lambda x: x ** 1, "float32"),
+    "small_int": (lambda x: x ** 3, "float32"),
+    "negative_int": (lambda x: x ** -2, "float32"),
+    "large_int": (lambda x: x ** 40, "float32"),
+    "tensor_exponent": (lambda x: x ** (x * 0.5), "float32"),
+    "base_two": (lambda x: 2 ** x, "float32"),
+    "base_one": (lambda x: 1 ** x, "float32"),
+    "integer_small": (lambda x: x ** 3, "int32"),
+    "integer_large": (lambda x: x ** 40, "int64"),
+    "half_bf16": (lambda x: x ** 0.5, "bfloat16"),
+}
+
+
+@pytest.mark.parametrize("case", list(POW_CASES))
+def test_pow_branches(case):
+    op, dtype = POW_CASES[case]
+    positive = dtype in FLOATS
+    x = generate_tensor(SHAPE_OF[dtype], dtype, positive=positive, low=0 if not positive else None,
+                        high=4 if not positive else None)
+    _compare(f"pow:{case}", dtype, op, x)
+
+
+WELFORD = {
+    "var_mean": lambda x: _torch().var_mean(x, dim=-1),
+    "var": lambda x: x.var(dim=-1),
+    "layer_norm": lambda x: _torch().nn.functional.layer_norm(x, x.shape[-1:]),
+    "batch_var": lambda x: x.var(dim=0),
+}
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+@pytest.mark.parametrize("name", list(WELFORD))
+def test_welford_reductions_behind_torch_npus_switch(name, monkeypatch):
+    """TORCHINDUCTOR_ENABLE_WELFORD=1 selects torch_npu's vectorised Welford reductions (its lowering and codegen);
+    read when torch_npu._inductor's config first loads, which is the first compiled call here."""
+    import sys
+
+    assert "torch_npu._inductor.config" not in sys.modules, "the switch must be set before torch_npu reads it"
+    monkeypatch.setenv("TORCHINDUCTOR_ENABLE_WELFORD", "1")
+    _compare(f"welford:{name}", "float32", WELFORD[name], generate_tensor(SHAPE_OF["float32"], "float32"))
+    from torch_npu._inductor import config as npu_config
+
+    assert npu_config.enable_welford, "the Welford switch did not reach torch_npu's config"
