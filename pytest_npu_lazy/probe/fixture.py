@@ -82,7 +82,14 @@ class CompiledFunction:
         __tracebackhide__ = True
         state = self._probe._state
         with state.enter(self._prefix + "eager", repeatable=True):
-            expected = reference.run()
+            try:
+                expected = reference.run()
+            except Exception as error:
+                raise ProbeUsageError(
+                    f"npu_lazy: the eager reference of {phase!r} could not be computed, so the compiled output was "
+                    f"not compared: {type(error).__name__}: {error}\n{reference.description}\nIf the function "
+                    "cannot run eagerly here (an operator only the device has, state only the compiled call may "
+                    "change), compile it with check_eager=False and compare what you can yourself.") from error
         check = Check(phase=phase, reference=reference.description)
         try:
             check = reference.compare(out, expected, self._tolerances, phase, computed_before,

@@ -272,3 +272,27 @@ def test_compile_records_phases_and_checks_eager(run_pytest, pytester):
     mismatch = run.report("test_mismatch_is_caught", "call")["longrepr"]
     assert "the compiled output of 'first_call' differs from eager" in mismatch
     assert "Mismatched elements: 4 / 4" in mismatch
+
+
+@pytest.mark.needs("torch")
+def test_a_reference_that_cannot_run_is_refused_naming_the_way_out(run_pytest, pytester):
+    pytester.makepyfile(test_only_compiled="""
+        import pytest
+
+        @pytest.mark.npu_lazy(preload=["torch"])
+        def test_only_compiled(npu_lazy):
+            import torch
+
+            def f(x):
+                if not torch.compiler.is_compiling():
+                    raise RuntimeError("this function only runs compiled")
+                return x + 1
+
+            npu_lazy.compile(f, backend="eager")(torch.ones(3))
+    """)
+    run = run_pytest()
+    assert run.outcomes == {"test_only_compiled.py::test_only_compiled": "error"}, run.text()  # not judged
+    message = run.report("test_only_compiled", "call")["longrepr"]
+    assert ("the eager reference of 'first_call' could not be computed, so the compiled output was not compared: "
+            "RuntimeError: this function only runs compiled") in message, message
+    assert "compile it with check_eager=False" in message
