@@ -26,10 +26,8 @@ PER_PROCESS = ("cache_key_tag",)
 
 
 def graph(x):
-    """The function both processes compile."""
-    import torch
-
-    return torch.sin(x) * 2 + 1
+    """The function both processes compile (tensor methods only: it names no module Dynamo would trace an import of)."""
+    return x.sin() * 2 + 1
 
 
 def _parts(debug_lines: list[str]) -> dict[str, list[str]]:
@@ -77,11 +75,16 @@ def first_call_keys(device: str) -> dict:
     keys: list[dict] = []
     compiled = torch.compile(graph, backend="inductor")
     restore = record_keys(keys)
+    after = None
     try:
-        compiled(torch.ones(8, device=device))
+        compiled(torch.ones(8).to(device))  # a copy: the reference process may have no operators on the device
+    except Exception as exc:  # noqa: BLE001 - only the key is asked for, and it is computed before the kernel runs
+        if not keys:
+            raise
+        after = f"{type(exc).__name__} after the key was computed: {str(exc).strip()[:300]}"
     finally:
         restore()
-    return {"graph": keys[0] if keys else None, "triton_key": triton_key()}
+    return {"graph": keys[0] if keys else None, "triton_key": triton_key(), "after_key": after}
 
 
 def differences(mine: dict, reference: dict) -> list[str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import types
 
 import pytest
 import regressions
@@ -39,6 +40,31 @@ FIRSTS = ["triton", "torch._dynamo", "torch._inductor", "torch_npu._inductor"]
 #: decided at collection: a find_spec("triton") inside the test would set off (and use up) a regression's
 #: after_import hook for triton without importing it
 NO_TRITON = pytest.mark.skipif(not triton_installed(), reason="needs Triton installed: the order starts with it")
+
+
+#: the start of the skip reason below, which the zoo recognises
+GETATTR_DEFECT = "a module's __getattr__ raises"
+
+
+def _getattr_defect() -> str | None:
+    """Why a compile cannot be keyed in this process, where a loaded module answers an unknown attribute with an
+    exception other than AttributeError: pickle.whichmodule, which Inductor's FX graph cache key pickling reaches,
+    scans sys.modules with getattr and lets any other exception through. Seen only with pytest-npu-lazy's
+    compute-mode stand-in for triton-ascend 3.2.1's ``tl.extra.cann.extension``
+    (pytest_npu_lazy/cann/compute/interpreter.py, ``_extension_module``: InterpreterGap, a NotImplementedError),
+    and only with triton imported before torch: a defect of the plugin's compute mode, not of torch_npu."""
+    for name, module in list(sys.modules.items()):
+        if isinstance(module, types.ModuleType) and "__getattr__" in vars(module):
+            try:
+                getattr(module, "torch")
+            except AttributeError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - the defect is any other exception
+                return (f"{GETATTR_DEFECT} {type(exc).__name__}, not AttributeError, for an unknown name ({name}): "
+                        "with triton imported before torch, Inductor's cache-key pickling (pickle.whichmodule) fails "
+                        "on it (BackendCompilerFailed: ... extension.torch); pytest-npu-lazy's compute-mode stand-in "
+                        "for tl.extra.cann.extension, a plugin defect, not torch_npu's")
+    return None
 
 
 def _order(first: str, autoload: bool):
@@ -82,11 +108,14 @@ def test_what_is_imported_first_changes_neither_the_setup_nor_the_cache_keys(npu
     trigger = [f for f in sys.meta_path if isinstance(f, _dynamo._DynamoPostImportFinder)]
     assert bool(trigger) != dynamo_loaded, f"the Dynamo trigger on sys.meta_path: {trigger}, Dynamo loaded: {dynamo_loaded}"
 
+    defect = _getattr_defect() if first == "triton" else None
+    if defect:
+        pytest.skip(defect)
     keys: list[dict] = []
     compiled = npu_lazy.compile(inductor_keys.graph, backend="inductor")
     restore = inductor_keys.record_keys(keys)
     try:
-        compiled(torch.ones(8, device=npu_lazy.device))
+        compiled(torch.ones(8).to(npu_lazy.device))  # as the reference makes it
     finally:
         restore()
     assert npu_lazy.ran(INDUCTOR_SETUP)
@@ -125,9 +154,14 @@ def test_a_dynamo_setup_that_imports_npu_inductor_is_caught(npu_lazy):
 @NO_TRITON
 def test_a_triton_key_that_depends_on_torch_npu_is_caught(npu_lazy):
     regressions.triton_key_depends_on_torch_npu()
-    caught(test_what_is_imported_first_changes_neither_the_setup_nor_the_cache_keys, npu_lazy, "triton", True,
-           says=["the first call's cache keys differ", "(triton_key() computed here before torch_npu loaded)",
-                 "triton_key(): 19 parts here, 24 in the reference"])
+    try:
+        caught(test_what_is_imported_first_changes_neither_the_setup_nor_the_cache_keys, npu_lazy, "triton", True,
+               says=["the first call's cache keys differ", "(triton_key() computed here before torch_npu loaded)",
+                     "triton_key(): 19 parts here, 24 in the reference"])
+    except AssertionError as exc:
+        if f"instead of failing: {GETATTR_DEFECT}" in str(exc):  # the guarantee skipped, saying why: so does this
+            pytest.skip(str(exc).split("instead of failing: ", 1)[1])
+        raise
 
 
 @pytest.mark.npu_lazy(preload=[], autoload=False, track=[REGISTER_BACKENDS, BACKEND_LOAD])
