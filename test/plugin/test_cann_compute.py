@@ -313,6 +313,9 @@ if "tl.extra.cann" in answer["in_force"]:
         tl.extra.cann.extension.extract_slice
     except interpreter.InterpreterGap as gap:
         answer["gap"] = str(gap)
+    # to whoever only asks (hasattr, pickling, Inductor's cache key), a missing name is an AttributeError
+    answer["asked"] = [hasattr(tl.extra.cann.extension, "extract_slice"),
+                       getattr(tl.extra.cann.libdevice, "no_such_function", "default")]
 print(json.dumps(answer))
 """
 
@@ -346,6 +349,7 @@ def test_the_tl_extra_cann_bridge_stands_only_where_triton_lacks_it(tmp_path, ex
     assert "tl.extra.cann" in got["planned"] and got["in_force"] == ["tl.extra.cann"]
     assert got["hint"] is None and got["ascend_libdevice"]
     assert got["gap"].startswith("tl.extra.cann.extension.extract_slice: the installed ")
+    assert got["asked"] == [False, "default"]
     assert "needs a real Ascend device" in got["gap"]
 
 

@@ -13,3 +13,8 @@ NEEDS_A_DEVICE = "the kernel needs a real Ascend device (pytest-npu-lazy --npu-l
 class InterpreterGap(NotImplementedError):
     """A kernel needs something Triton's interpreter cannot compute as the device does: named, never replaced by
     another computation."""
+
+
+class MissingAttribute(InterpreterGap, AttributeError):
+    """A bridged module lacks a name: an InterpreterGap to whoever calls it, an AttributeError to whoever only asks
+    (``hasattr``, ``getattr(..., default)``, pickling and Inductor's cache key), as a real module would answer."""

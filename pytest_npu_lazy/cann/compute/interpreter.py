@@ -59,7 +59,7 @@ import os
 import sys
 import types
 
-from .gap import NEEDS_A_DEVICE, InterpreterGap
+from .gap import NEEDS_A_DEVICE, InterpreterGap, MissingAttribute
 from .ledger import LEDGER, LOST, TRITON_INTERPRETER
 
 __all__ = ["InterpreterGap", "activate_interpreter", "install_interpreter_shims", "install_language_shims",
@@ -180,7 +180,7 @@ def _extension_module(name: str) -> types.ModuleType:
     def __getattr__(attribute: str):
         if attribute.startswith("__"):
             raise AttributeError(attribute)
-        raise InterpreterGap(
+        raise MissingAttribute(
             f"tl.extra.cann.extension.{attribute}: the installed {_triton_version()} has no tl.extra.cann, and "
             f"Triton's interpreter has no implementation of extension.{attribute} (only the compiler hints "
             f"{', '.join(COMPILER_HINTS)} are taken, as no-ops); {NEEDS_A_DEVICE}")
@@ -209,7 +209,7 @@ class _Libdevice(types.ModuleType):
 
         if attribute in libdevice.FUNCTIONS:
             return functools.partial(libdevice.unary, attribute)
-        raise InterpreterGap(
+        raise MissingAttribute(
             f"libdevice.{attribute}: neither {_triton_version()}'s libdevice (tl.extra.ascend.libdevice) nor "
             "tl.math has it, and the interpreter has no numpy equivalent here; the kernel needs a real Ascend "
             "device (pytest-npu-lazy --npu-lazy-cann=compute)")
