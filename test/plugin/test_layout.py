@@ -1,4 +1,4 @@
-"""The package's shape, as the README describes it: parts in folders, layers that import only downwards,
+"""The package's shape, as docs/development.md describes it: parts in folders, layers that import only downwards,
 no import cycle, no huge module.
 
 Read from the source with ``ast``, so imports inside functions (the lazy
@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pytest_npu_lazy"
-README = PACKAGE.parent / "README.md"
+#: the page whose Layout section maps the package, module by module
+LAYOUT_PAGE = PACKAGE.parent / "docs" / "development.md"
 MAX_LINES = 600
 
 
@@ -204,9 +205,10 @@ def test_the_layer_check_finds_an_arrow_back_up(tmp_path):
 
 
 def test_readme_module_map_matches_the_package():
-    """Every module is in the README's layout block under its folder, and nothing there is gone."""
-    block = re.search(r"## Layout\n+```\n(.*?)```", README.read_text(), flags=re.S)
-    assert block, "README has no Layout block"
+    """Every module is in the layout block of docs/development.md under its folder, and nothing there is gone."""
+    text = LAYOUT_PAGE.read_text()
+    block = re.search(r"```\n(.*?)```", text[text.index("\n## Layout\n"):], flags=re.S) if "\n## Layout\n" in text else None
+    assert block, "docs/development.md has no Layout block"
     listed: set[str] = set()
     folders: list[tuple[int, str]] = []  # the open folders, outermost first, with their indents
     for line in block[1].splitlines():
@@ -224,8 +226,8 @@ def test_readme_module_map_matches_the_package():
             listed.add("".join(folder for _, folder in folders) + entry)
     actual = {str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
               if path.name not in ("__init__.py", "__main__.py")}
-    assert sorted(actual - listed) == [], "modules missing from the README's Layout block"
-    assert sorted(p for p in listed - actual if p.endswith(".py")) == [], "README lists modules that are gone"
+    assert sorted(actual - listed) == [], "modules missing from the Layout block of docs/development.md"
+    assert sorted(p for p in listed - actual if p.endswith(".py")) == [], "docs/development.md lists modules that are gone"
 
 
 @pytest.mark.parametrize("module", ["pytest_npu_lazy.plugin", "pytest_npu_lazy"])

@@ -1,4 +1,8 @@
-"""The README's examples run as written."""
+"""The README and the pages it links: examples run as written, commands name what exists, links lead somewhere.
+
+The README is what a newcomer reads first: what the plugin is, how to install it, a first test, how
+to read a failure. The rest lives in docs/, one page per subject, each linked from the README.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,19 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+#: the README and the guides it links: every example in them runs, every command names what exists
+PAGES = (README, *(DOCS / name for name in ("reference.md", "cann-modes.md", "warnings.md", "suites.md",
+                                             "mutation-pass.md", "change-selection.md", "run_python.md",
+                                             "isolation.md", "development.md", "reports.md", "inductor-cache.md")))
+#: the README stays a page a newcomer reads to the end
+README_MAX_LINES = 300
 
 
 def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    return [block for page in PAGES for block in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)]
 
 
 def worked_example() -> str:
@@ -48,8 +60,8 @@ def test_the_first_example_tests_torch_npu_and_passes(run_pytest, pytester):
     assert "torch_npu._inductor" in watched["first_call"], watched
 
 
-def _section(title: str) -> str:
-    text = README.read_text()
+def _section(title: str, page: Path = README) -> str:
+    text = page.read_text()
     start = text.index(f"\n## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start:end if end >= 0 else None]
@@ -82,9 +94,9 @@ def test_every_option_ini_key_and_env_var_is_in_the_options_table_and_help(pytes
     assert env_vars >= {"PYTEST_NPU_LAZY_ISOLATE", "PYTEST_NPU_LAZY_CANN", "PYTEST_NPU_LAZY_CACHE"}
     missing_help = sorted(v for v in env_vars if v not in help_text)
     assert not missing_help, f"environment variables not in pytest -h: {missing_help}"
-    table = "\n".join(line for line in _section("Options").splitlines() if line.startswith("|"))
+    table = "\n".join(line for line in _section("Options", DOCS / "reference.md").splitlines() if line.startswith("|"))
     missing = sorted(name for name in options | ini_keys | env_vars if f"`{name}" not in table)
-    assert not missing, f"the README's options table lacks {missing}"
+    assert not missing, f"the options table of docs/reference.md lacks {missing}"
 
 
 def test_options_with_choices_list_every_choice_in_the_options_table():
@@ -93,15 +105,15 @@ def test_options_with_choices_list_every_choice_in_the_options_table():
     from pytest_npu_lazy.probe.inductor_cache import POLICIES
     from pytest_npu_lazy.settings import CANN_MODES, ISOLATE_CHOICES, ISOLATION_MODES
 
-    table = _section("Options")
+    table = _section("Options", DOCS / "reference.md")
     for option, choices in (("--npu-lazy-isolate", ISOLATE_CHOICES), ("--npu-lazy-isolation", ISOLATION_MODES),
                             ("--npu-lazy-cann", CANN_MODES), ("--npu-lazy-inductor-cache", POLICIES)):
         shown = re.search(rf"`{option}=([^`]*)`", table)
         assert shown, f"the options table has no `{option}=...` cell"
         assert shown[1].split("\\|") == list(choices), f"{option}: the table shows {shown[1]!r}, the code {choices}"
-    modes = _section("Running on a machine without Ascend software")
-    missing = [mode for mode in CANN_MODES if f"\n| `{mode}`" not in modes]
-    assert not missing, f"the CANN modes table lacks {missing}"
+    for page in (DOCS / "cann-modes.md", README):  # the modes in full, and each mode's requirements
+        missing = [mode for mode in CANN_MODES if f"\n| `{mode}`" not in page.read_text()]
+        assert not missing, f"the CANN modes table of {page.name} lacks {missing}"
 
 
 #: the regression that shipped (test/dynamo/regressions.py), installed in the isolated child before the test
@@ -147,3 +159,64 @@ def test_failure_example_is_what_a_run_prints(pytester):
     printed = [_short(line) for line in result.stdout.lines if line.startswith("E ")]
     assert [_same(line) for line in documented.splitlines()] == [_same(line) for line in printed], \
         "regenerate the README's failure example from this run:\n" + "\n".join(printed)
+
+
+def test_the_readme_is_short_and_links_every_guide():
+    lines = README.read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines: move the detail to a page in docs/"
+    linked = set(re.findall(r"\]\((docs/[\w.-]+\.md)", README.read_text()))
+    assert {str(page.relative_to(ROOT)) for page in PAGES[1:]} <= linked, "a guide the README does not link"
+
+
+def _anchor(title: str) -> str:
+    """GitHub's anchor for a heading."""
+    return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+
+def test_every_link_in_the_pages_leads_to_a_file_and_heading():
+    broken = []
+    for page in PAGES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                broken.append(f"{page.name}: {target} (no such file)")
+            elif anchor and file.suffix == ".md":
+                headings = re.findall(r"^#+ (.*)$", file.read_text(), flags=re.M)
+                if anchor not in {_anchor(h) for h in headings}:
+                    broken.append(f"{page.name}: {target} (no such heading)")
+    assert broken == []
+
+
+def _commands(page: Path) -> list[str]:
+    """Shell lines of a page: indented blocks and code blocks that are not Python, output or JSON."""
+    text = page.read_text()
+    lines = re.findall(r"^    ((?:\.venv/bin/)?(?:python|pytest|bash|git diff|NPU_LAZY|nox|pip).*)$", text, flags=re.M)
+    for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, flags=re.S):
+        lines += [line for line in block.splitlines() if re.match(r"(\.venv/bin/)?(python|pytest) ", line)]
+    return lines + re.findall(r"`((?:python|pytest) [^`]*)`", text)  # and those quoted in a sentence
+
+
+def test_every_command_in_the_pages_names_options_and_modules_that_exist(pytester):
+    """A command a reader copies fails on an option renamed or a module moved: each `--npu-lazy-*` option is
+    one pytest -h lists (or a module's own command line takes), each `python -m pytest_npu_lazy...` exists."""
+    import importlib.util
+
+    help_text = pytester.runpytest_subprocess("-p", "npu_lazy", "--help").stdout.str()
+    options = set(re.findall(r"(--npu-lazy-[a-z-]+)", help_text))
+    unknown, modules = [], set()
+    commands = [(page.name, line) for page in PAGES for line in _commands(page)]
+    assert len(commands) > 20, commands
+    for name, line in commands:
+        module = re.search(r"python -m (pytest_npu_lazy[\w.]*)", line)
+        if module:
+            modules.add(module[1])
+            continue  # a tool of its own, with its own options (--help)
+        unknown += [f"{name}: {option} in `{line.strip()}`" for option in re.findall(r"(--npu-lazy-[a-z-]+)", line)
+                    if option not in options]
+    assert unknown == [], "options pytest -h does not list"
+    missing = sorted(m for m in modules if importlib.util.find_spec(m) is None)
+    assert missing == [], "modules a command runs that do not exist"
+    assert {"pytest_npu_lazy.mutate", "pytest_npu_lazy.selection", "pytest_npu_lazy.reports.matrix"} <= modules
