@@ -43,7 +43,8 @@ NO_TRITON = pytest.mark.skipif(not triton_installed(), reason="needs Triton inst
 
 
 #: the start of the skip reason below, which the zoo recognises
-GETATTR_DEFECT = "a module's __getattr__ raises"
+GETATTR_DEFECT = ("needs pytest-npu-lazy's compute-mode stand-in for tl.extra.cann.extension to answer an unknown "
+                  "attribute with AttributeError")
 
 
 def _getattr_defect() -> str | None:
@@ -60,10 +61,11 @@ def _getattr_defect() -> str | None:
             except AttributeError:
                 continue
             except Exception as exc:  # noqa: BLE001 - the defect is any other exception
-                return (f"{GETATTR_DEFECT} {type(exc).__name__}, not AttributeError, for an unknown name ({name}): "
-                        "with triton imported before torch, Inductor's cache-key pickling (pickle.whichmodule) fails "
-                        "on it (BackendCompilerFailed: ... extension.torch); pytest-npu-lazy's compute-mode stand-in "
-                        "for tl.extra.cann.extension, a plugin defect, not torch_npu's")
+                return (f"needs pytest-npu-lazy's compute-mode stand-in for tl.extra.cann.extension to answer an "
+                        f"unknown attribute with AttributeError: {name}'s __getattr__ raises {type(exc).__name__} for "
+                        "one, and with triton imported before torch, Inductor's cache-key pickling "
+                        "(pickle.whichmodule) fails on it (BackendCompilerFailed: ... extension.torch); a plugin "
+                        "defect, not torch_npu's")
     return None
 
 
@@ -106,11 +108,13 @@ def test_what_is_imported_first_changes_neither_the_setup_nor_the_cache_keys(npu
         f"torch._dynamo {'is' if dynamo_loaded else 'is not'} loaded and the Dynamo set-up "
         f"{'has' if _dynamo._lazy_dynamo_setup.has_run else 'has not'} run (first {first})")
     trigger = [f for f in sys.meta_path if isinstance(f, _dynamo._DynamoPostImportFinder)]
-    assert bool(trigger) != dynamo_loaded, f"the Dynamo trigger on sys.meta_path: {trigger}, Dynamo loaded: {dynamo_loaded}"
+    assert bool(trigger) != dynamo_loaded, (
+        f"the Dynamo trigger on sys.meta_path: {trigger}, Dynamo loaded: {dynamo_loaded}")
 
-    defect = _getattr_defect() if first == "triton" else None
-    if defect:
-        pytest.skip(defect)
+    if first == "triton":
+        defect = _getattr_defect()
+        if defect:
+            pytest.skip(defect)
     keys: list[dict] = []
     compiled = npu_lazy.compile(inductor_keys.graph, backend="inductor")
     restore = inductor_keys.record_keys(keys)
@@ -160,7 +164,8 @@ def test_a_triton_key_that_depends_on_torch_npu_is_caught(npu_lazy):
                      "triton_key(): 19 parts here, 24 in the reference"])
     except AssertionError as exc:
         if f"instead of failing: {GETATTR_DEFECT}" in str(exc):  # the guarantee skipped, saying why: so does this
-            pytest.skip(str(exc).split("instead of failing: ", 1)[1])
+            reason = str(exc).split("instead of failing: ", 1)[1]
+            pytest.skip(f"needs the triton-first cell to run; it skipped: {reason}")
         raise
 
 

@@ -84,7 +84,8 @@ def test_a_first_call_while_another_thread_imports_npu_inductor_sees_no_half_set
 
     finding = registry_loads_from_a_half_imported_module()
     if finding:
-        request.applymarker(pytest.mark.xfail(strict=True, raises=HalfImportedModuleFinding, reason=f"known: {finding}"))
+        request.applymarker(pytest.mark.xfail(strict=True, raises=HalfImportedModuleFinding,
+                                              reason=f"known: {finding}"))
     entered, release = threading.Event(), threading.Event()
 
     def held_warm_pool(cls) -> None:
