@@ -2,8 +2,9 @@
 
 Importing this package imports nothing heavy (never torch, torch_npu or
 triton: the plugin exists to watch those imports). Its public names,
-:class:`NpuLazy` (the fixture's type) and :func:`run_python`, load on first
-use. The pytest hooks live in :mod:`.plugin`. The parts, lowest layer first
+:class:`NpuLazy` (the fixture's type), :func:`run_python` and
+:func:`triton_imports` (does ``import triton`` succeed here, asked without
+importing it), load on first use. The pytest hooks live in :mod:`.plugin`. The parts, lowest layer first
 (a module imports only its own layer and those below; test/plugin/test_layout.py
 checks it):
 
@@ -27,7 +28,7 @@ checks it):
 from __future__ import annotations
 
 from .version import __version__
-__all__ = ["NpuLazy", "__version__", "run_python"]
+__all__ = ["NpuLazy", "__version__", "run_python", "triton_imports"]
 
 
 def __getattr__(name: str):
@@ -39,4 +40,8 @@ def __getattr__(name: str):
         from .python_c.call import run_python
 
         return run_python
+    if name == "triton_imports":  # does `import triton` succeed here? Asked of a fresh interpreter, cached
+        from .cann.triton_import import triton_imports
+
+        return triton_imports
     raise AttributeError(name)

@@ -130,7 +130,12 @@ def present(names: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def triton_installed() -> bool:
-    return importlib.util.find_spec("triton") is not None
+    """Whether ``import triton`` succeeds here, as the plugin's ``triton_imports()`` asks it (a fresh interpreter,
+    cached per environment): stock torch's ``has_triton_package()`` imports Triton only then, and ``find_spec`` also
+    finds a Triton that fails to import (triton-ascend without pybind11)."""
+    from pytest_npu_lazy import triton_imports
+
+    return triton_imports()
 
 
 def triton_ascend_installed() -> bool:

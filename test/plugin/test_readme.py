@@ -6,6 +6,7 @@ to read a failure. The rest lives in docs/, one page per subject, each linked fr
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -58,6 +59,25 @@ def test_the_first_example_tests_torch_npu_and_passes(run_pytest, pytester):
     assert watched["import"] == set(), watched
     assert {"torch._dynamo", "torch._inductor"} <= watched["wrap"] and "torch_npu._inductor" not in watched["wrap"]
     assert "torch_npu._inductor" in watched["first_call"], watched
+
+
+@pytest.mark.needs("torch", "torch_npu", "triton")
+def test_the_first_example_holds_where_triton_is_found_but_does_not_import(run_pytest, pytester, monkeypatch):
+    """triton-ascend installed, pybind11 missing (shadowed on PYTHONPATH by a package that raises): find_spec finds
+    Triton, `import triton` fails, torch's Dynamo loads none. The example asks triton_imports(), and passes."""
+    shadow = pytester.path / "no_pybind11"
+    (shadow / "pybind11").mkdir(parents=True)
+    (shadow / "pybind11" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'pybind11'\", name='pybind11')\n")
+    monkeypatch.setenv("PYTHONPATH", str(shadow), prepend=os.pathsep)
+    pytester.makepyfile(test_torch_npu=worked_example())
+    run = run_pytest("-p", "npu_lazy", "--npu-lazy-cann=stub", "--npu-lazy-json-modules")
+    assert list(run.outcomes.values()) == ["passed"], run.text()
+    assert "(does not import: ModuleNotFoundError: No module named 'pybind11')" in run.text()
+    [summary] = [report["npu_lazy"] for report in run.reports if report["when"] == "teardown"]
+    wrap = {module["name"] for phase in summary["phases"] if phase["name"] == "wrap" for module in phase["modules"]}
+    assert "triton" not in wrap and any(name.startswith("triton.") for name in wrap), \
+        "Dynamo tried `import triton` at wrapper creation, which failed part way: the state find_spec misreads"
 
 
 def _section(title: str, page: Path = README) -> str:

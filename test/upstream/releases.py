@@ -87,8 +87,13 @@ def torch_line() -> tuple[int, int] | None:
 
 
 def triton_importable() -> bool:
-    """Whether ``import triton`` can find a package (upstream Triton or triton-ascend); nothing is imported."""
-    return importlib.util.find_spec("triton") is not None
+    """Whether ``import triton`` succeeds (upstream Triton or triton-ascend), as the plugin's ``triton_imports()``
+    asks it: a fresh interpreter, cached per environment; nothing is imported here. ``find_spec`` would also find a
+    Triton that fails to import (triton-ascend without pybind11), which torch's ``has_triton_package()`` treats as
+    no Triton."""
+    from pytest_npu_lazy import triton_imports
+
+    return triton_imports()
 
 
 def _torch_file(*parts: str) -> str | None:
