@@ -57,8 +57,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if error is None:
         return
     skip = pytest.mark.skip(reason=(
-        f"--npu-lazy-cann=off and `import torch_npu` fails here ({error[:200]}): test/dynamo checks what "
-        "importing torch_npu loads; run it with --npu-lazy-cann=auto, stub, emulate or compute, or source "
-        "CANN's set_env.sh"))
+        f"needs `import torch_npu` to work, and under --npu-lazy-cann=off it fails here ({error[:200]}): "
+        "test/dynamo checks what importing torch_npu loads; run it with --npu-lazy-cann=auto, stub, emulate or "
+        "compute, or source CANN's set_env.sh"))
     for item in items:
         item.add_marker(skip)

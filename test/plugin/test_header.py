@@ -36,7 +36,7 @@ def test_the_header_is_two_lines_by_default_and_says_the_rest_with_v(run_pytest,
     (test_cann_compute.py), so only stub and emulate run without it."""
     if triton == "not importable":
         if mode == "compute":
-            pytest.skip("compute mode is refused at start-up where Triton does not import, by design")
+            pytest.skip("needs a Triton that imports: compute mode is refused at start-up without one, by design")
         shadow = pytester.path / "no_pybind11"
         (shadow / "pybind11").mkdir(parents=True)
         (shadow / "pybind11" / "__init__.py").write_text(NO_PYBIND11)

@@ -130,3 +130,34 @@ def test_c():
 '''
     assert Reasons({"case.py": module}).unexplained() == [
         "case.py:11: torch ", "case.py:16: not today", "case.py:21: no chromium"]
+
+
+SKIP_MARKED_WITH_A_PRELOAD_THAT_FAILS = """
+import pytest
+
+@pytest.mark.skip(reason="needs nothing: marked skip")
+@pytest.mark.npu_lazy(preload=["no_such_module_npu_lazy"])
+def test_marked_skip():
+    pass
+
+@pytest.mark.skipif(True, reason="needs nothing: a true skipif")
+@pytest.mark.npu_lazy(preload=["no_such_module_npu_lazy"])
+def test_true_skipif():
+    pass
+
+@pytest.mark.skipif(False, reason="needs nothing: a false skipif")
+@pytest.mark.npu_lazy(preload=["no_such_module_npu_lazy"])
+def test_false_skipif_runs():
+    pass
+"""
+
+
+def test_a_skip_marked_test_starts_no_child_so_its_zygote_cannot_turn_the_skip_into_an_error(run_pytest, pytester):
+    """A test its own marks skip is skipped in-process before any fixture, as pytest skips it: no zygote is prepared
+    for it, so a preload that cannot import (torch_npu under --npu-lazy-cann=off without CANN) leaves it skipped."""
+    pytester.makepyfile(test_marks=SKIP_MARKED_WITH_A_PRELOAD_THAT_FAILS)
+    run = run_pytest("-p", "npu_lazy", "-rs")
+    assert run.outcomes == {"test_marks.py::test_marked_skip": "skipped", "test_marks.py::test_true_skipif": "skipped",
+                            "test_marks.py::test_false_skipif_runs": "error"}, run.text()
+    assert "needs nothing: marked skip" in run.text() and "needs nothing: a true skipif" in run.text()
+    assert "no_such_module_npu_lazy" in run.text(), "the test that runs still meets its preload"

@@ -26,6 +26,7 @@ from ...settings import Resolver, TestSettings
 from .. import messages
 from .outputs import add_junit_extras, record_warning, record_warning_text, show_terminal_text
 from .progress import RUNNER_PHASE_OF, PhaseProgress
+from .skip_marks import skipped_by_mark
 
 #: How long a child may take to report its exit status after its socket closed.
 EXIT_STATUS_TIMEOUT = 10.0
@@ -79,7 +80,7 @@ class IsolationController:
             self._log_all(item, synthesized(item, "setup", str(exc), error=True))
             self._log_finish(item)
             return True
-        if not settings.isolated:
+        if not settings.isolated or skipped_by_mark(item):  # a skip mark skips in-process, before any fixture
             return None
         self._log_start(item)
         try:
