@@ -4,13 +4,15 @@ Importing this package imports nothing heavy (never torch, torch_npu or
 triton: the plugin exists to watch those imports). Its public names,
 :class:`NpuLazy` (the fixture's type), :func:`run_python` and
 :func:`triton_imports` (does ``import triton`` succeed here, asked without
-importing it), load on first use. The pytest hooks live in :mod:`.plugin`. The parts, lowest layer first
+importing it), load on first use. The pytest hooks live in :mod:`.plugins`, one plugin per feature,
+registered by :mod:`.plugin`. The parts, lowest layer first
 (a module imports only its own layer and those below; test/plugin/test_layout.py
 checks it):
 
 - :mod:`.errors`, :mod:`.compat` (every pytest internal used), :mod:`.version`,
   :mod:`.torch_build` and :mod:`.torch_source` (torch's build, and where to get
-  the CPU one), :mod:`.site_chain` (what this package's sitecustomize files do last): the foundation;
+  the CPU one), :mod:`.site_chain` (what this package's sitecustomize files do last), :mod:`.role` (which
+  process of a run this is, decided once): the foundation;
 - :mod:`.cann`: the CANN host stub and the emulated NPU, active before torch loads;
 - :mod:`.probe`: what a test loaded, when and why; the ``npu_lazy`` fixture;
 - :mod:`.settings`: marker, command line, environment and ini, resolved once;
@@ -20,7 +22,7 @@ checks it):
   budget, HTML, matrix), side by side;
 - :mod:`.selection`: change-driven selection, a map of the torch_npu lines each test runs and the tests
   a change can affect (``--npu-lazy-changed``, ``python -m pytest_npu_lazy.selection``);
-- :mod:`.plugin`: the pytest hooks wiring them together;
+- :mod:`.plugin` and :mod:`.plugins`: the entry point, and the pytest hooks of each feature;
 - :mod:`.mutate`: ``python -m pytest_npu_lazy.mutate``, the mutation pass that
   edits installed code in every process of a pytest run and asks which test notices.
 """

@@ -144,8 +144,23 @@ class TestSettings:
                    inductor_cache_dir=data["inductor_cache_dir"], check_grad=data.get("check_grad", False))
 
 
-def add_options(parser: pytest.Parser) -> None:
-    group = parser.getgroup("npu_lazy", "deferred-loading checks (pytest-npu-lazy)")
+#: the --help group every feature's options share (pytest keeps the description of the group's first maker)
+GROUP = ("npu_lazy", "deferred-loading checks (pytest-npu-lazy)")
+
+
+def _group(parser: pytest.Parser):
+    return parser.getgroup(*GROUP)
+
+
+def _add_ini(parser: pytest.Parser, names: tuple[str, ...]) -> None:
+    for name in names:
+        help_text, kind, default = INI[name]
+        parser.addini(name, help_text, type=kind, default=default)
+
+
+def add_isolation_options(parser: pytest.Parser) -> None:
+    """The isolation plugin's options: which tests run isolated, how, with what preload, for how long."""
+    group = _group(parser)
     group.addoption("--npu-lazy-isolate", choices=ISOLATE_CHOICES, default=None,
                     help="which tests run isolated: marked (default), all, or off (run in-process, e.g. for "
                          f"--pdb); env {ENV['isolate']}")
@@ -156,6 +171,23 @@ def add_options(parser: pytest.Parser) -> None:
                     help="comma-separated modules the zygote imports (overrides ini npu_lazy_preload; '' for none)")
     group.addoption("--npu-lazy-timeout", type=float, default=None, metavar="SECONDS",
                     help=f"kill an isolated test after this many seconds (0: no limit); env {ENV['timeout']}")
+    group.addoption("--npu-lazy-module-zygotes", type=int, default=None, metavar="N",
+                    help="module zygotes alive at once: a test module is imported and collected once and its "
+                         "isolated tests fork from it (default 4; 0: each test collects in its own child); "
+                         f"env {ENV['module_zygotes']}")
+    group.addoption("--npu-lazy-inductor-cache", choices=inductor_cache.POLICIES, default=None,
+                    help="the Inductor cache each isolated test starts with: cold (default: every lookup of "
+                         "Inductor's graph caches misses, kernels are cached for this run only: each first call "
+                         "compiles as on a cold cache), empty (an empty cache per test: kernels built too) or shared (the environment's, as a "
+                         f"user's process has it); env {ENV['inductor_cache']}")
+    _add_ini(parser, ("npu_lazy_isolate", "npu_lazy_isolation", "npu_lazy_preload", "npu_lazy_autoload",
+                      "npu_lazy_timeout", "npu_lazy_module_zygotes", "npu_lazy_module_zygote_memory",
+                      "npu_lazy_inductor_cache"))
+
+
+def add_cann_options(parser: pytest.Parser) -> None:
+    """The CANN plugin's options: which CANN torch_npu gets, and whether a real NPU is required."""
+    group = _group(parser)
     group.addoption("--npu-lazy-cann", choices=CANN_MODES, default=None,
                     help="CANN for torch_npu: auto (default: real CANN if it loads, else the host stub "
                          f"when torch_npu is installed), real, stub, emulate (an emulated NPU: device "
@@ -164,17 +196,14 @@ def add_options(parser: pytest.Parser) -> None:
                          f"kernels in Triton's interpreter), or off; env {ENV['cann']}. "
                          f"Stub and emulation are built in {ENV_CACHE} (default ~/.cache/pytest-npu-lazy); "
                          f"{ENV_TRACE}=1 makes them log each call to stderr")
-    group.addoption("--npu-lazy-module-zygotes", type=int, default=None, metavar="N",
-                    help="module zygotes alive at once: a test module is imported and collected once and its "
-                         "isolated tests fork from it (default 4; 0: each test collects in its own child); "
-                         f"env {ENV['module_zygotes']}")
     group.addoption("--npu-lazy-require-npu", action="store_true", default=False,
                     help="fail the run unless a real NPU device is usable (never test on the stub by accident)")
-    group.addoption("--npu-lazy-inductor-cache", choices=inductor_cache.POLICIES, default=None,
-                    help="the Inductor cache each isolated test starts with: cold (default: every lookup of "
-                         "Inductor's graph caches misses, kernels are cached for this run only: each first call "
-                         "compiles as on a cold cache), empty (an empty cache per test: kernels built too) or shared (the environment's, as a "
-                         f"user's process has it); env {ENV['inductor_cache']}")
+    _add_ini(parser, ("npu_lazy_cann",))
+
+
+def add_selection_options(parser: pytest.Parser) -> None:
+    """The selection plugin's options: taking a selection map, selecting by a change with one."""
+    group = _group(parser)
     group.addoption("--npu-lazy-take-map", action="store_true", default=False,
                     help="measure which lines of the watched packages (ini npu_lazy_map_packages) each test's phases "
                          "run, and write the selection map (--npu-lazy-map) when the run ends")
@@ -186,8 +215,17 @@ def add_options(parser: pytest.Parser) -> None:
                          "not know: a git range (main..HEAD, origin/master...HEAD), a revision (against the working "
                          "tree), a .diff/.patch file, - for a diff on stdin, @FILE listing changed files, or files "
                          f"separated by commas; env {ENV['changed']}")
-    for name, (help_text, kind, default) in INI.items():
-        parser.addini(name, help_text, type=kind, default=default)
+    _add_ini(parser, ("npu_lazy_map", "npu_lazy_map_packages", "npu_lazy_changed_ignore"))
+
+
+def add_probe_options(parser: pytest.Parser) -> None:
+    """The probe's ini keys: the modules every phase explains, gradients checked by npu_lazy.compile."""
+    _add_ini(parser, ("npu_lazy_watch", "npu_lazy_check_grad"))
+
+
+def add_budget_options(parser: pytest.Parser) -> None:
+    """The import budget's growth allowance (the reports' gate reads it through the Resolver)."""
+    _add_ini(parser, ("npu_lazy_budget_growth",))
 
 
 def _ini_bool(config: pytest.Config, name: str) -> bool | None:
@@ -249,7 +287,7 @@ class Resolver:
 
     def __init__(self, config: pytest.Config, list_modules: bool = True) -> None:
         """``list_modules``: whether a report of this run reads every module of every phase (the reporter
-        says, :func:`pytest_npu_lazy.reports.reporter.needs_module_lists`); children then send them home."""
+        says, :func:`needs_module_lists`); children then send them home."""
         self.config = config
         self.isolate = self._choice("isolate", ISOLATE_CHOICES)
         self.isolation = self._choice("isolation", ISOLATION_MODES)
@@ -295,7 +333,7 @@ class Resolver:
         try:
             seconds = float(value)
         except (TypeError, ValueError):
-            raise pytest.UsageError(f"{source} = {value!r} is not a number of seconds; use e.g. 120, or 0 for no limit.")
+            raise pytest.UsageError(f"{source} = {value!r} is not a number of seconds; use e.g. 120, or 0 for no limit.") from None
         if seconds < 0:
             raise pytest.UsageError(f"{source} = {value!r} is negative; use a positive number of seconds, or 0 for no limit.")
         return seconds or None
@@ -366,6 +404,28 @@ class Resolver:
             list_modules=self.list_modules,
             check_grad=self.check_grad,
         )
+
+
+_SESSION = pytest.StashKey[Resolver]()
+
+
+def session_resolver(config: pytest.Config) -> Resolver:
+    """The session's one Resolver, made on the first question: the features' plugins each ask for it at
+    configure, in whatever order pytest calls them."""
+    resolver = config.stash.get(_SESSION, None)
+    if resolver is None:
+        resolver = config.stash[_SESSION] = Resolver(config, list_modules=needs_module_lists(config))
+    return resolver
+
+
+def needs_module_lists(config: pytest.Config) -> bool:
+    """Whether a report of this run reads every module of every phase: the JSON's module lists, the HTML
+    view, the import budget (saved or checked) and ``-vv``'s terminal lines. Only then do children send
+    them home with each test (they are the largest part of a summary)."""
+    option = config.option
+    return bool(getattr(option, "npu_lazy_json_modules", False) or getattr(option, "npu_lazy_html", None)
+                or getattr(option, "npu_lazy_save_baseline", None) or getattr(option, "npu_lazy_baseline", None)
+                or getattr(option, "verbose", 0) > 1)
 
 
 def marker_options(item: pytest.Item) -> dict[str, Any]:

@@ -36,11 +36,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
 from ..forks.channel import Accepts
-from ..forks.server import Shutdown  # noqa: F401 - every fork server's; the pytest process sends it
-
-#: the descriptor of a spawned child's channel, in its environment (a fresh ``python -m pytest``)
-CHILD_FD_ENV = "PYTEST_NPU_LAZY_CHILD_FD"
-
+from ..forks.server import Shutdown  # every fork server's; the pytest process sends it
 
 # -- the root zygote ------------------------------------------------------------
 

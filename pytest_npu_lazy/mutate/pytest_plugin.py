@@ -25,7 +25,10 @@ import time
 
 import pytest
 
-RESULTS_ENV = "PYTEST_NPU_LAZY_MUTATE_RESULTS"
+from .. import role
+from ..role import MUTATION_RESULTS_ENV
+
+RESULTS_ENV = MUTATION_RESULTS_ENV  # named where the role is decided: a mutation run is one
 TIMEOUTS_ENV = "PYTEST_NPU_LAZY_MUTATE_TIMEOUTS"
 _MESSAGE_CHARS = 400
 
@@ -81,6 +84,6 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_configure(config):
-    path = os.environ.get(RESULTS_ENV)
-    if path and not hasattr(config, "workerinput"):
-        config.pluginmanager.register(_Recorder(path), "npu_lazy_mutate_recorder")
+    this = role.of(config)
+    if this.mutation_results and not this.worker:
+        config.pluginmanager.register(_Recorder(this.mutation_results), "npu_lazy_mutate_recorder")

@@ -23,15 +23,13 @@ from .recorder import ImportRecord
 from .reference import (CHECK_ATTRIBUTE, Check, EagerReference, backward, cotangents_for, gradient_inputs,
                         requires_grad)
 from .state import (RESERVED_PHASES, PhaseSpan, ProbeState, _explaining_record, active_state,
-
                     format_chain, set_active_state)
+#: the attribute of a broken guarantee's AssertionError, and of the test report it fails, that holds it as data
+from .summary import VIOLATION_ATTRIBUTE
 
 #: pytest leaves this module's frames out of a failing test's traceback: a misused probe, a broken guard
 #: or a blocked import is reported at the test's own line (--fulltrace shows them)
 __tracebackhide__ = True
-
-#: the attribute of a broken guarantee's AssertionError, and of the test report it fails, that holds it as data
-VIOLATION_ATTRIBUTE = "npu_lazy_violation"
 
 
 def broken_guarantee(text: str, violation: dict) -> AssertionError:

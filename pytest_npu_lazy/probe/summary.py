@@ -15,6 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Optional, TypedDict
 
+#: The attributes a test's reports carry for the plugin, serialised with them from any child or worker:
+#: the teardown report's :meth:`Summary.to_dict`; a failure of a test that could not be judged (shown as
+#: ERROR); a broken guarantee as data (:func:`.fixture.broken_guarantee`)
+SUMMARY_ATTRIBUTE = "npu_lazy"
+ERROR_ATTRIBUTE = "npu_lazy_error"
+VIOLATION_ATTRIBUTE = "npu_lazy_violation"
+
 #: The modules of the deferred-loading guarantees: what a failing phase explains and the reports follow,
 #: unless ini ``npu_lazy_watch`` names others.
 DEFAULT_WATCH = ("torch._dynamo", "torch._inductor", "torch_npu._inductor", "triton")

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from .. import compat
-from ..probe.summary import Summary
+from .. import compat, role
+from ..probe.summary import ERROR_ATTRIBUTE, SUMMARY_ATTRIBUTE, VIOLATION_ATTRIBUTE, Summary
+from ..settings import GROUP
 from ..version import __version__
 from . import budget, terminal
 from .schema import (ReportError, document, load_baseline, relative_paths, result_entry,
@@ -28,7 +29,7 @@ from .schema import (ReportError, document, load_baseline, relative_paths, resul
 
 def add_options(parser: pytest.Parser) -> None:
     """Options and ini keys of the reports."""
-    group = parser.getgroup("npu_lazy")
+    group = parser.getgroup(*GROUP)
     group.addoption("--npu-lazy-json", metavar="PATH", default=None,
                     help="write a JSON report (schema in docs/reports.md): environment, and per test its outcome, "
                          "phases, watched modules with import chains, module counts")
@@ -50,16 +51,6 @@ def add_options(parser: pytest.Parser) -> None:
                          "fails the test (ERROR at teardown)")
 
 
-def needs_module_lists(config: pytest.Config) -> bool:
-    """Whether a report of this run reads every module of every phase: the JSON's module lists, the HTML
-    view, the import budget (saved or checked) and ``-vv``'s terminal lines. Only then do children send
-    them home with each test (they are the largest part of a summary)."""
-    option = config.option
-    return bool(getattr(option, "npu_lazy_json_modules", False) or getattr(option, "npu_lazy_html", None)
-                or getattr(option, "npu_lazy_save_baseline", None) or getattr(option, "npu_lazy_baseline", None)
-                or getattr(option, "verbose", 0) > 1)
-
-
 @dataclass
 class Result:
     """What the pytest process learnt about one test from its reports."""
@@ -78,11 +69,11 @@ class Result:
     def add(self, report: pytest.TestReport) -> None:
         self.duration += report.duration
         xfail = hasattr(report, "wasxfail")
-        self.seen.append((report.when, report.outcome, xfail, bool(getattr(report, "npu_lazy_error", False))))
+        self.seen.append((report.when, report.outcome, xfail, bool(getattr(report, ERROR_ATTRIBUTE, False))))
         self.worker = self.worker or getattr(report, "worker_id", None)
         if report.failed and self.message is None:
             self.message = _failure_message(report)
-            self.violation = getattr(report, "npu_lazy_violation", None)  # probe.fixture.broken_guarantee
+            self.violation = getattr(report, VIOLATION_ATTRIBUTE, None)  # probe.fixture.broken_guarantee
         elif report.skipped and self.message is None:
             self.message = f"xfail: {report.wasxfail}" if xfail else _skip_reason(report)
         elif xfail and report.passed and report.when == "call":
@@ -177,7 +168,7 @@ class Reporter:
         self.inductor_cache = resolver.inductor_cache
         self.baseline_path = config.getoption("npu_lazy_baseline")
         self.baseline: dict | None = None
-        if self.baseline_path and not hasattr(config, "workerinput"):
+        if self.baseline_path and not role.of(config).worker:
             try:
                 self.baseline = load_baseline(self.baseline_path)
             except ReportError as exc:
@@ -185,9 +176,7 @@ class Reporter:
 
     def _reporting(self) -> bool:
         """Only where pytest's reports are logged for good: not in xdist workers, not in isolated children."""
-        manager = self.config.pluginmanager
-        return not (hasattr(self.config, "workerinput") or manager.has_plugin("npu_lazy_child_relay")
-                    or manager.has_plugin("npu_lazy_spawned_session"))
+        return role.of(self.config).reports
 
     # -- collecting ---------------------------------------------------------
     @pytest.hookimpl(tryfirst=True)
@@ -196,7 +185,7 @@ class Reporter:
         if not self._reporting():
             return
         result = self.results.setdefault(report.nodeid, Result(report.nodeid))
-        data = getattr(report, "npu_lazy", None)
+        data = getattr(report, SUMMARY_ATTRIBUTE, None)
         if report.when == "teardown" and isinstance(data, dict):
             result.summary = Summary.from_dict(data)
             if self.baseline is not None:
@@ -252,7 +241,7 @@ class Reporter:
             "rootdir": str(self.config.rootpath),
             "exitstatus": int(exitstatus),
             "duration": time.time() - self.started,
-            "xdist_workers": getattr(option, "numprocesses", None) if getattr(option, "dist", "no") != "no" else None,
+            "xdist_workers": getattr(option, "numprocesses", None) if role.of(self.config).controller else None,
             "watch": list(self.watch),
             "baseline": self.baseline_path,
             "budget_growth": self.growth,

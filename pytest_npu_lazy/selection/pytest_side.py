@@ -20,6 +20,7 @@ from typing import Iterator
 
 import pytest
 
+from .. import role
 from .changes import ChangeSet, resolve
 from .map import SelectionMap, installed_versions, new_map
 from .rule import Selection, select
@@ -184,7 +185,7 @@ class ChangeFilter:
 
 def changes_for(config: pytest.Config, spec: str) -> ChangeSet:
     """The change, read once: from the controller in an xdist worker, else from ``spec``."""
-    workerinput = getattr(config, "workerinput", None)
+    workerinput = role.xdist_worker_input(config)
     if workerinput is not None and _WORKER_KEY in workerinput:
         return ChangeSet.from_dict(workerinput[_WORKER_KEY])
     from ..compat import read_stdin_under_capture

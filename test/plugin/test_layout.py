@@ -112,8 +112,8 @@ def test_no_module_over_the_limit():
 #: The package's layers, lowest first. A module may import its own layer and the layers below it, never one
 #: above: no arrow runs back up.
 #:
-#: - foundation: exceptions, the pytest internals, the version, torch's build and where to get it; they
-#:   import nothing of the package.
+#: - foundation: exceptions, the pytest internals, the version, torch's build and where to get it, the
+#:   process's role; they import nothing of the package.
 #: - cann: the CANN host stub and the emulated NPU. It runs before torch is imported, in any process, and
 #:   needs nothing but the foundation.
 #: - probe: what a test loaded, when and why (the recorder, the fixture, the typed Summary and the default
@@ -125,18 +125,18 @@ def test_no_module_over_the_limit():
 #: - reports, isolation, python_c: the two front ends and the reports, side by side; see SIBLINGS_APART.
 #: - selection: change-driven selection; its tracer observes run_python calls and writes through the reports'
 #:   atomic write, so it sits above the front ends.
-#: - plugin: the pytest hooks, wiring everything below to pytest.
+#: - plugin: the pytest hooks, wiring everything below to pytest: the entry point and one plugin per feature.
 #: - the package itself: its __init__ names the public API (NpuLazy, run_python) and loads it on first use,
 #:   so it sits on top, and no module inside imports a name from it (hence version.py at the bottom).
 LAYERS = (
-    ("foundation", ("errors", "compat", "version", "torch_build", "torch_source", "site_chain")),
+    ("foundation", ("errors", "compat", "version", "torch_build", "torch_source", "site_chain", "role")),
     ("cann", ("cann",)),
     ("probe", ("probe",)),
     ("settings", ("settings",)),
     ("forks", ("forks",)),
     ("front ends and reports", ("reports", "isolation", "python_c")),
     ("selection", ("selection",)),
-    ("plugin", ("plugin",)),
+    ("plugin", ("plugin", "plugins")),
     ("tools run beside pytest", ("mutate",)),
     ("the package's public names", ("",)),
 )
@@ -230,7 +230,9 @@ def test_readme_module_map_matches_the_package():
     assert sorted(p for p in listed - actual if p.endswith(".py")) == [], "docs/development.md lists modules that are gone"
 
 
-@pytest.mark.parametrize("module", ["pytest_npu_lazy.plugin", "pytest_npu_lazy"])
+@pytest.mark.parametrize("module", ["pytest_npu_lazy.plugin", "pytest_npu_lazy", "pytest_npu_lazy.role"]
+                         + [f"pytest_npu_lazy.plugins.{p.stem}" for p in sorted((PACKAGE / "plugins").glob("*.py"))
+                            if p.stem != "__init__"])
 def test_plugin_imports_no_torch_at_load(module):
     import subprocess
     import sys
@@ -243,7 +245,7 @@ def test_plugin_imports_no_torch_at_load(module):
 
 #: packages whose docstring names every module in them (isolation's and python_c's follow their split into
 #: the fork engine and the pytest / zygote / child sides)
-DOCUMENTED_PACKAGES = ("", "probe", "reports", "cann", "forks", "isolation", "isolation/pytest_side",
+DOCUMENTED_PACKAGES = ("", "plugins", "probe", "reports", "cann", "forks", "isolation", "isolation/pytest_side",
                        "isolation/zygote_side", "isolation/child_side", "python_c")
 
 

@@ -20,12 +20,14 @@ from typing import Any
 
 import pytest
 
+from ... import role
 from ...errors import NpuLazyError
 from ...forks.channel import Channel, ChannelClosed, ProtocolError, send
 from ...forks.processes import set_title
 from ...probe import inductor_cache, state as probe
 from ...probe.device_calls import DEVICE_CALLS
 from ...probe.recorder import RECORDER
+from ...probe.summary import SUMMARY_ATTRIBUTE
 from ...settings import TestSettings
 from .. import messages
 from ..preload import import_preload
@@ -83,7 +85,7 @@ class ChildRelay(CollectionObserver):
             self.outputs.send_junit_extras()
             if self.state is not None:
                 self.state.finish()
-                report.npu_lazy = self.state.summary().to_dict()  # type: ignore[attr-defined]
+                setattr(report, SUMMARY_ATTRIBUTE, self.state.summary().to_dict())
         data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
         send(self.channel, messages.Report(data))
 
@@ -126,6 +128,7 @@ def register_relay(config: pytest.Config) -> ChildRelay:
     registered. A module zygote does it once for all its children, which then only bind their channel:
     registering a plugin is the costliest step of a child's set-up, and it is the same for every child."""
     leave_pytest_roles(config)
+    role.become_isolated_child(config)  # the reports are the pytest process's, not this child's
     relay = ChildRelay(None, config, ChildOutputs(None, config))
     config.pluginmanager.register(relay, RELAY_NAME)
     return relay

@@ -22,6 +22,7 @@ from ... import compat
 from ...errors import MarkerError, NpuLazyError
 from ...forks.channel import Accepts, Channel, ChannelClosed, ProtocolError, describe_status, send
 from ...forks.processes import kill_group
+from ...probe.summary import ERROR_ATTRIBUTE
 from ...settings import Resolver, TestSettings
 from .. import messages
 from .outputs import add_junit_extras, record_warning, record_warning_text, show_terminal_text
@@ -329,7 +330,7 @@ def synthesized(item: pytest.Item, when: str, text: str, error: bool,
     """A failed report for ``when`` plus the teardown report pytest would have written after it."""
     failed = TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed", text, when,
                         sections=sections or [], user_properties=list(item.user_properties))
-    failed.npu_lazy_error = error  # type: ignore[attr-defined]
+    setattr(failed, ERROR_ATTRIBUTE, error)
     reports = [failed]
     if when != "teardown":
         reports.append(TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, "passed",

@@ -17,8 +17,8 @@ import pytest
 
 from ...forks.channel import Channel, send
 from ...forks.processes import wait_or_kill_group, wait_status
+from ...role import CHILD_FD_ENV
 from ...settings import TestSettings
-from ..messages import CHILD_FD_ENV
 from ..target import Target, prepare_message
 
 
