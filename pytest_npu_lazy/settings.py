@@ -24,7 +24,7 @@ ISOLATE_CHOICES = ("marked", "all", "off")
 ISOLATION_MODES = ("fork", "spawn")
 MARKER_OPTIONS = ("preload", "isolation", "autoload", "timeout", "block", "track", "inductor_cache")
 
-INI = {
+INI: dict[str, tuple[str, Any, Any]] = {
     # name: (help, type, default)
     "npu_lazy_isolate": ("which tests run isolated: marked (default), all or off", "string", "marked"),
     "npu_lazy_isolation": ("how isolated tests run: fork (from a zygote, default) or spawn", "string", "fork"),
@@ -392,7 +392,9 @@ class Resolver:
         cache_policy = options.get("inductor_cache", self.inductor_cache)
         return TestSettings(
             inductor_cache=cache_policy,
-            inductor_cache_dir=None if cache_policy == "shared" or not isolated else self.inductor_cache_dir.get(),
+            # isolated: isolation is on, so the run's directory exists
+            inductor_cache_dir=(None if cache_policy == "shared" or not isolated or self.inductor_cache_dir is None
+                                else self.inductor_cache_dir.get()),
             isolated=isolated,
             isolation=options.get("isolation", self.isolation),
             baseline=baseline,

@@ -56,7 +56,7 @@ def install(_loaded: str = "triton.backends") -> None:
     class EmulatedNpuUtils:
         """triton-ascend's NPUUtils questions, answered from the emulated model."""
 
-        @functools.lru_cache()
+        @functools.lru_cache()  # noqa: B019 - the driver's one utils object lives as long as the process
         def get_device_properties(self, device):
             return {"max_shared_mem": 1, "num_aicore": MODEL.cube_cores, "num_vectorcore": MODEL.vector_cores}
 

@@ -171,7 +171,6 @@ class _Walker:
                     self._statement(stmt, node.body, index, here, qualname, target)
 
     def _body(self, body: list, field: tuple, path: tuple, function: str, target: str, top_level=False) -> None:
-        simple_run: list[int] = []
         for index, stmt in enumerate(body):
             here = path + ((field[0], index),)
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -275,7 +274,6 @@ class _Walker:
         """Comparisons, constants and ternaries inside one expression, in a fixed walk order."""
         for sub_path, node in _walk_expression(expr, path):
             if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _COMPARE_SWAP:
-                op = type(node.ops[0])
                 self._add(sub_path, "negate-comparison", "", node, function, target,
                           f"{_src(node)} -> {_src(_swap_compare(node))}", _swap_compare)
             elif isinstance(node, ast.IfExp):

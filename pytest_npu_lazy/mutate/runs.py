@@ -125,9 +125,9 @@ def _kill_group(process: subprocess.Popen) -> None:
         pass
     process.wait()
     for pid in _orphans():
-        for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        for kill in (os.killpg, os.kill):
             try:
-                kill()
+                kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
         try:

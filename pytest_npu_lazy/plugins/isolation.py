@@ -42,14 +42,14 @@ def pytest_configure(config: pytest.Config) -> None:
     resolver = session_resolver(config)
     if resolver.isolate == "off":
         return
-    from ..isolation.pytest_side.controller import IsolationController
+    from ..isolation.pytest_side.controller import IsolationController, Launcher
     from ..isolation.pytest_side.module_zygotes import ModuleZygotes
     from ..isolation.pytest_side.pool import ZygotePool
     from ..isolation.pytest_side.spawn import SpawnLauncher
 
     pool = config.stash[_POOL] = ZygotePool(session=None, module_zygotes=ModuleZygotes(
         resolver.module_zygotes, resolver.module_zygote_memory, counting=not this.worker))
-    launchers = {"fork": pool, "spawn": SpawnLauncher(config)}
+    launchers: dict[str, Launcher] = {"fork": pool, "spawn": SpawnLauncher(config)}
     config.pluginmanager.register(IsolationController(config, resolver, launchers), "npu_lazy_controller")
     config.add_cleanup(pool.shutdown)
 

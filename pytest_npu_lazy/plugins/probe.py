@@ -7,7 +7,7 @@ the phases behave the same in every process.
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Generator, Iterator
 
 import pytest
 
@@ -50,7 +50,7 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[pytest.TestReport]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report = yield
     if call.excinfo is not None and call.excinfo.errisinstance(NpuLazyError):
         setattr(report, ERROR_ATTRIBUTE, True)  # shown as ERROR: the test could not be judged

@@ -186,7 +186,7 @@ class DeviceCallLog:
             call = DeviceCall(name.decode(errors="replace"), int(result), stamp, self.phase_of(), line,
                               torch_npu_line)
             self.calls.append(call)
-        except BaseException:  # noqa: BLE001 - a recorder must not break the call it records
+        except BaseException:  # a recorder must not break the call it records
             pass
 
     # -- reading ----------------------------------------------------------------

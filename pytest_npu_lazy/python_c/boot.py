@@ -16,8 +16,8 @@ _npu_lazy_main = dict(globals())  # __main__ as `python -c` leaves it, before th
 # the code ended (None, or the exception) then goes to zygote.finish, which ends the
 # child as `python -c` ends, without tearing down the interpreter it shares with the
 # zygote page by page.
-import os
-import sys
+import os  # noqa: E402 - after the first line, which must see __main__ untouched
+import sys  # noqa: E402
 
 _npu_lazy_state = {"startup": list(sys.modules), "environ": dict(os.environ)}
 _npu_lazy_package, _npu_lazy_control, _npu_lazy_preload = sys.argv[1], int(sys.argv[2]), sys.argv[3:]

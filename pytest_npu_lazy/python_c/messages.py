@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import ClassVar, Optional
 
 from ..forks.channel import Accepts, send  # noqa: F401 - send is this module's API too
-from ..forks.server import Shutdown  # noqa: F401 - every fork server's; the caller sends it
+from ..forks.server import Shutdown  # every fork server's; the caller sends it
 
 #: the order of the descriptors that travel with a RunCode message
 RUN_FDS = ("call", "cwd", "stdout", "stderr", "stdin")

@@ -117,9 +117,9 @@ def _skip_reason(report: pytest.TestReport) -> str | None:
     return report.longreprtext or None
 
 
-def junit_properties(result: Result) -> list[tuple[str, str]]:
-    """The key facts of an isolated test (one with a summary) as JUnit ``<property>`` elements."""
-    summary = result.summary
+def junit_properties(result: Result, summary: Summary) -> list[tuple[str, str]]:
+    """The key facts of an isolated test (``summary``: the one its teardown report carried) as JUnit
+    ``<property>`` elements."""
     phases = summary.phases
     props = [
         ("npu_lazy.isolation", str(summary.isolation)),
@@ -132,8 +132,8 @@ def junit_properties(result: Result) -> list[tuple[str, str]]:
             first.setdefault(watched["pattern"], (phase["name"], watched))
     for pattern in summary.watch:
         if pattern in first:
-            phase, watched = first[pattern]
-            props.append((f"npu_lazy.first_loaded.{pattern}", phase))
+            phase_name, watched = first[pattern]
+            props.append((f"npu_lazy.first_loaded.{pattern}", phase_name))
             props.append((f"npu_lazy.chain.{pattern}", " <- ".join(watched["chain"])))
         else:
             props.append((f"npu_lazy.first_loaded.{pattern}", "not loaded"))
@@ -186,25 +186,26 @@ class Reporter:
             return
         result = self.results.setdefault(report.nodeid, Result(report.nodeid))
         data = getattr(report, SUMMARY_ATTRIBUTE, None)
+        summary = None
         if report.when == "teardown" and isinstance(data, dict):
-            result.summary = Summary.from_dict(data)
+            summary = result.summary = Summary.from_dict(data)
             if self.baseline is not None:
-                self._judge_budget(report, result)
+                self._judge_budget(report, result, summary, self.baseline)
         result.add(report)
-        if report.when == "teardown" and isinstance(data, dict):
-            report.user_properties.extend(junit_properties(result))
+        if summary is not None:
+            report.user_properties.extend(junit_properties(result, summary))
 
-    def _judge_budget(self, report: pytest.TestReport, result: Result) -> None:
-        entry = self.baseline["tests"].get(report.nodeid)
+    def _judge_budget(self, report: pytest.TestReport, result: Result, summary: Summary, baseline: dict) -> None:
+        entry = baseline["tests"].get(report.nodeid)
         if entry is None:
             return
-        if result.summary.incomplete:
+        if summary.incomplete:
             result.not_judged = "the child died before it could report what it loaded"
             return
-        result.not_judged = budget.not_comparable(entry, result.summary)
+        result.not_judged = budget.not_comparable(entry, summary)
         if result.not_judged:
             return
-        problems = budget.check(entry, result.summary, result.summary.watch, self.growth)
+        problems = budget.check(entry, summary, summary.watch, self.growth)
         if not problems:
             return
         result.budget = problems
@@ -324,7 +325,7 @@ class Reporter:
             judged = sum(1 for r in known if r.not_judged is None)
             if over:
                 for result in over:
-                    write(f"OVER BUDGET {result.nodeid}: {budget.short(result.budget)}", red=True)
+                    write(f"OVER BUDGET {result.nodeid}: {budget.short(result.budget or [])}", red=True)
             else:
                 write(f"{judged} isolated test(s) within the budget of {self.baseline_path} "
                       f"(growth allowed: {self.growth:.0%})", green=True)

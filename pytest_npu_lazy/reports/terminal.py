@@ -15,6 +15,7 @@ terminal's width. The data behind it is the JSON report's (``result_entry``).
 from __future__ import annotations
 
 import textwrap
+from typing import Mapping
 
 SECTION = "npu_lazy: phases and watched modules"
 #: ``--npu-lazy-summary``: auto (failed and not judged; everything with -v), failed, all, none
@@ -256,7 +257,7 @@ def _head(parts: list[str], width: int) -> list[str]:
     return [first, "    " + tail.strip()]
 
 
-def phase_modules(phase: dict) -> str:
+def phase_modules(phase: Mapping[str, object]) -> str:
     """'12 modules', or why the count is unknown (the child died before it could report it)."""
     if phase.get("module_count") is None:
         return "modules unknown: the child died" if phase.get("unfinished") else "modules unknown"

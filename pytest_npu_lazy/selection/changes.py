@@ -177,7 +177,7 @@ def resolve(spec: str, directory: Path, read_stdin: Callable[[], str]) -> Change
         try:
             names = [n.strip() for n in listed.read_text().splitlines() if n.strip() and not n.startswith("#")]
         except OSError as exc:
-            raise SelectionError(f"--npu-lazy-changed={spec}: cannot read the file list {listed} ({exc.strerror}).")
+            raise SelectionError(f"--npu-lazy-changed={spec}: cannot read the file list {listed} ({exc.strerror}).") from None
         return ChangeSet(spec, f"{len(names)} files listed in {listed}", tuple(FileChange(n, "listed") for n in names),
                          base)
     if spec.endswith((".diff", ".patch")) and Path(spec).is_file():

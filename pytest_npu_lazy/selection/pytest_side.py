@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Generator
 
 import pytest
 
@@ -58,7 +58,7 @@ class MapTaker:
         self.tracer.switch("teardown")
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Iterator[pytest.TestReport]:
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Generator[None, pytest.TestReport, pytest.TestReport]:
         report = yield
         if call.when == "teardown" and self.tracer.test == item.nodeid:
             setattr(report, EVIDENCE_ATTRIBUTE, self.tracer.end_test())

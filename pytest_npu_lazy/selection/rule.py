@@ -81,7 +81,7 @@ def select(smap: SelectionMap, changes: ChangeSet, versions: dict[str, str], roo
         if package is not None:
             watched_change = True
             kind = "a new module" if change.path.endswith(".py") else "a file that is not Python source (built into it?)"
-            hits = _tests_that_loaded(smap, lambda p: p.startswith(package + "/"))
+            hits = _tests_that_loaded(smap, lambda p, package=package: p.startswith(package + "/"))
             for nodeid, phase in hits.items():
                 selection.add(nodeid, f"{change.path} is {kind} of {package}, which it loaded ({phase})")
             for nodeid, earlier in smap.later_in_process(hits).items():

@@ -180,7 +180,7 @@ class EvidenceTracer:
         self.opaque.extend(self.lingering)
         if self.pythons > measured:
             self.opaque.append(f"python ({self.pythons - measured} of {self.pythons} started sent no lines home)")
-            self.lingering = [f"python started by an earlier test of this process that sent no lines home"]
+            self.lingering = ["python started by an earlier test of this process that sent no lines home"]
 
     def switch(self, phase: str) -> None:
         """A phase of the running test begins (pytest's setup, call, teardown, or a probe phase)."""

@@ -38,8 +38,10 @@ DUMP_GRACE = 1.0
 class Child(Protocol):
     """What the controller needs of a forked or spawned child."""
 
-    pid: int
     channel: Channel
+
+    @property
+    def pid(self) -> int: ...
 
     @property
     def pgid(self) -> int: ...
@@ -148,6 +150,12 @@ class ChildRun:
         self.internal_error: str | None = None  # a traceback of pytest-npu-lazy's own code in the child
         self.junit_extras: messages.Junit | None = None  # logged with the teardown report
 
+    @property
+    def running(self) -> Child:
+        """The child :meth:`run` started: the relay and its handlers run only once there is one."""
+        assert self.child is not None
+        return self.child
+
     def run(self, prepare_next=lambda: None) -> None:
         try:
             self.child = self.launcher.child(self.item, self.settings)
@@ -171,7 +179,7 @@ class ChildRun:
 
     def _relay(self) -> None:
         deadline = None if self.settings.timeout is None else time.monotonic() + self.settings.timeout
-        channel = self.child.channel
+        channel = self.running.channel
         accepts = Accepts.handled_by(self, *messages.FROM_CHILD)
         while True:
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -181,7 +189,7 @@ class ChildRun:
             try:
                 message, fds = accepts.receive(channel, remaining)
             except ProtocolError as exc:
-                kill_group(self.child.pgid, signal.SIGKILL)
+                kill_group(self.running.pgid, signal.SIGKILL)
                 self.internal_error = (self.internal_error or "") + f"the pytest process could not read the child: {exc}\n"
                 self._crashed()
                 return
@@ -233,35 +241,35 @@ class ChildRun:
         self.item.ihook.pytest_runtest_logreport(report=report)
 
     def _interrupt(self, message: messages.Interrupted) -> None:
-        self.child.channel.close()
+        self.running.channel.close()
         if message.exception == "Exit":
             pytest.exit(message.message, returncode=message.returncode)
         raise KeyboardInterrupt(message.message)
 
     def _crashed(self) -> None:
-        status = self.child.exit_status(EXIT_STATUS_TIMEOUT)
+        status = self.running.exit_status(EXIT_STATUS_TIMEOUT)
         how = describe_status(status)
         if self.internal_error:
-            self._finish_with(f"the isolated child (pid {self.child.pid}) ended with {how}", error=True)
+            self._finish_with(f"the isolated child (pid {self.running.pid}) ended with {how}", error=True)
             return
-        lost = self.child.lost_parent()
+        lost = self.running.lost_parent()
         if lost:
             self._finish_with(lost, error=True)  # shown as ERROR already: no prefix
             return
         if status is not None and os.WIFEXITED(status):
-            text = f"CRASHED: the isolated child (pid {self.child.pid}) ended with {how} before it finished reporting"
+            text = f"CRASHED: the isolated child (pid {self.running.pid}) ended with {how} before it finished reporting"
         else:
-            text = f"CRASHED with {how}: the isolated child (pid {self.child.pid}) died before it finished reporting"
+            text = f"CRASHED with {how}: the isolated child (pid {self.running.pid}) died before it finished reporting"
         self._finish_with(text, error=False)
 
     def _timed_out(self) -> None:
-        pid = self.child.pid
+        pid = self.running.pid
         os.kill(pid, signal.SIGUSR1)  # faulthandler in the child writes every thread's stack
         deadline = time.monotonic() + DUMP_GRACE
         while time.monotonic() < deadline and self._file_size("stacks") == 0:
             time.sleep(0.01)
-        kill_group(self.child.pgid, signal.SIGKILL)
-        self.child.exit_status(EXIT_STATUS_TIMEOUT)
+        kill_group(self.running.pgid, signal.SIGKILL)
+        self.running.exit_status(EXIT_STATUS_TIMEOUT)
         text = (f"TIMEOUT: the isolated test ran longer than {self.settings.timeout:g} s and was killed with its "
                 f"process group (pid {pid}).")
         self._finish_with(text, error=False)

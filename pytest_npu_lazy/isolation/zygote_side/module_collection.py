@@ -64,7 +64,7 @@ class ModuleCollection:
         items = [*self.items, *self.observer.deselected]
         for item in items:
             try:
-                item.location
+                item.location  # noqa: B018 - reading pytest's cached property computes it once, here
             except Exception:  # the child computes it again, and reports what it raises where pytest would
                 pass
         return index_by_nodeid(items)
