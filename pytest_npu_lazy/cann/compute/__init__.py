@@ -7,6 +7,8 @@ memory, the Triton driver's answers), and:
   the device's host memory;
 - :mod:`.interpreter`: the Triton kernels torch_npu's Inductor backend generates run in
   Triton's interpreter, through torch_npu's own launcher and heuristics;
+- :mod:`.batching`: a launch's programs run together where the kernel's source shows that
+  changes no value (the interpreter's cost is per program);
 - :mod:`.ledger`: what computed each value (host ATen kernel, Triton interpreter, refused).
 
 What has no CPU kernel (torch_npu's ``npu_*`` operators, ACL-only paths, collectives) is
