@@ -12,7 +12,8 @@ checks it):
 - :mod:`.errors`, :mod:`.compat` (every pytest internal used), :mod:`.version`,
   :mod:`.torch_build` and :mod:`.torch_source` (torch's build, and where to get
   the CPU one), :mod:`.site_chain` (what this package's sitecustomize files do last), :mod:`.role` (which
-  process of a run this is, decided once): the foundation;
+  process of a run this is, decided once), :mod:`.shard` (``--shard K/N``: one of N machines' part of the
+  mutation pass or of taking a selection map, by a stable hash): the foundation;
 - :mod:`.cann`: the CANN host stub and the emulated NPU, active before torch loads;
 - :mod:`.probe`: what a test loaded, when and why; the ``npu_lazy`` fixture;
 - :mod:`.settings`: marker, command line, environment and ini, resolved once;

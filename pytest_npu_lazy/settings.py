@@ -19,6 +19,8 @@ from .cann.common import ENV_CACHE, ENV_TRACE, MODES
 from .errors import MarkerError
 from .probe import inductor_cache
 from .probe.summary import DEFAULT_WATCH
+from .shard import Shard, ShardError
+from .shard import parse as parse_shard
 
 ISOLATE_CHOICES = ("marked", "all", "off")
 ISOLATION_MODES = ("fork", "spawn")
@@ -215,6 +217,10 @@ def add_selection_options(parser: pytest.Parser) -> None:
                          "not know: a git range (main..HEAD, origin/master...HEAD), a revision (against the working "
                          "tree), a .diff/.patch file, - for a diff on stdin, @FILE listing changed files, or files "
                          f"separated by commas; env {ENV['changed']}")
+    group.addoption("--npu-lazy-shard", default=None, metavar="K/N",
+                    help="with --npu-lazy-take-map: run and map only shard K of N (1 <= K <= N), the tests whose node "
+                         "id hashes to K, so N machines each take a part; python -m pytest_npu_lazy.selection.merge "
+                         "makes the N maps the one a single run writes")
     _add_ini(parser, ("npu_lazy_map", "npu_lazy_map_packages", "npu_lazy_changed_ignore"))
 
 
@@ -258,6 +264,8 @@ class MapSettings:
     take: bool
     #: the change to select by (None: run what was collected)
     changed: str | None
+    #: --npu-lazy-shard: take the map of this shard's tests only
+    shard: Shard | None = None
 
 
 def map_settings(config: pytest.Config) -> MapSettings:
@@ -271,12 +279,21 @@ def map_settings(config: pytest.Config) -> MapSettings:
         raise pytest.UsageError("--npu-lazy-take-map and --npu-lazy-changed cannot be combined: a map taken from "
                                 "the selected tests only would forget the others. Take the map in a full run, "
                                 f"then select with it (unset {ENV['changed']} for the full run).")
+    shard = None
+    if config.getoption("npu_lazy_shard") is not None:
+        try:
+            shard = parse_shard(config.getoption("npu_lazy_shard"), option="--npu-lazy-shard")
+        except ShardError as exc:
+            raise pytest.UsageError(f"pytest-npu-lazy: {exc}") from None
+        if not take:
+            raise pytest.UsageError(f"--npu-lazy-shard {shard} splits taking a selection map over N runs: add "
+                                    "--npu-lazy-take-map (or drop --npu-lazy-shard)")
     packages = tuple(config.getini("npu_lazy_map_packages"))
     if not packages:
         raise pytest.UsageError("ini npu_lazy_map_packages is empty: name the packages a selection map follows "
                                 "(e.g. torch_npu).")
     return MapSettings(Path(str(config.rootpath)) / os.path.expanduser(path), packages,
-                       tuple(config.getini("npu_lazy_changed_ignore")), take, changed)
+                       tuple(config.getini("npu_lazy_changed_ignore")), take, changed, shard)
 
 
 _RESOLVED = pytest.StashKey["TestSettings | MarkerError"]()

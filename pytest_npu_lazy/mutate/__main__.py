@@ -19,6 +19,8 @@ from pathlib import Path
 from . import report
 import dataclasses
 
+from ..shard import ShardError, argparse_type
+
 from .config import ConfigError, load
 from .session import BaselineFailed, MutantResult, MutationPass, PassOptions, log
 
@@ -34,6 +36,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="run the mutants whose id is or starts with ID (repeatable)")
     parser.add_argument("--function", action="append", default=[], metavar="NAME",
                         help="run the mutants of this function (qualified name, nested ones included; repeatable)")
+    parser.add_argument("--shard", type=argparse_type, metavar="K/N",
+                        help="run only shard K of N (1 <= K <= N): the mutants whose id hashes to K, so N machines "
+                             "each run one part; --report-only --json ALL --merge each shard's --json makes the "
+                             "record one run writes")
     parser.add_argument("--sample", action="store_true", help="run the configuration's [sample] against its tests")
     parser.add_argument("--tests", action="append", default=[], metavar="PATH",
                         help="run against these test files or folders instead of the configuration's [run] tests "
@@ -50,7 +56,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--report-only", action="store_true", help="run nothing: write --markdown from --json")
     parser.add_argument("--merge", action="append", default=[], type=Path, metavar="FILE",
                         help="with --report-only: add the results of another record of the same configuration (a "
-                             "shard run side by side with --function) to --json (repeatable)")
+                             "part run side by side with --function) to --json (repeatable); the N records of "
+                             "--shard 1/N ... N/N merge into the record one run writes (--json may then be new)")
     parser.add_argument("--resume", action="store_true", help="keep the results already in --json and run the rest "
                         "(and those --only names again); the JSON is rewritten after every mutant")
     parser.add_argument("--expect", choices=("recorded",), help="with --sample: fail unless each sampled mutant "
@@ -91,7 +98,8 @@ def _main(argv: list[str] | None) -> int:
         config = _config(args)
         session = MutationPass(config, PassOptions(exitfirst=args.exitfirst, workers=args.workers, only=args.only,
                                                    sample=args.sample, functions=args.function, tests=args.tests,
-                                                   retake_coverage=args.retake_coverage), progress=log)
+                                                   retake_coverage=args.retake_coverage, shard=args.shard),
+                               progress=log)
         if args.list:
             for mutant in session.mutants():
                 print(f"{mutant.id}\t{mutant.function}\t{mutant.description}")
@@ -103,7 +111,7 @@ def _main(argv: list[str] | None) -> int:
         command = "python -m pytest_npu_lazy.mutate " + " ".join(
             shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
         results, coverage, seconds = _run_pass(args, config, session, recorded, earlier, command.strip())
-    except (ConfigError, BaselineFailed) as error:
+    except (ConfigError, BaselineFailed, ShardError) as error:
         print(f"pytest_npu_lazy.mutate: {error}", file=sys.stderr)
         return 2
     except Stopped as stop:
@@ -126,6 +134,9 @@ def _config(args: argparse.Namespace):
                           "(e.g. --against docs/mutation.json)")
     if args.expect and not (args.sample or args.only):
         raise ConfigError("--expect recorded checks a few mutants against the record: add --sample or --only")
+    if args.shard and args.report_only:
+        raise ConfigError(f"--shard {args.shard} splits a run, and --report-only runs nothing: drop --shard (merge "
+                          "the shards' records with --report-only --json ALL --merge SHARD.json ...)")
     if args.merge and not args.report_only:
         raise ConfigError("--merge adds other records to --json without running anything: use it with "
                           "--report-only")
@@ -135,30 +146,46 @@ def _config(args: argparse.Namespace):
 def _recorded(args: argparse.Namespace, session: MutationPass) -> tuple[dict[str, MutantResult], dict]:
     """What earlier runs recorded (--resume, --report-only, --merge): results by mutant id and provenance,
     each refused unless taken on the sources installed now."""
-    recorded, earlier = {}, {}
+    recorded: dict[str, MutantResult] = {}
+    earlier: dict = {}
+    records = []
     if args.resume or args.report_only:
-        if not args.json or not args.json.exists():
+        if not args.json or not (args.json.exists() or (args.merge and args.report_only)):
             raise ConfigError("--resume and --report-only read the run recorded in --json FILE; give an existing file")
+    if args.json and args.json.exists() and (args.resume or args.report_only):
         results, earlier = _read_record(args.json)
         _check_same_sources(args.json, earlier, session.digests)
+        if args.resume and args.shard and earlier.get("shard") not in (None, str(args.shard)):
+            raise ConfigError(f"{args.json} is the record of shard {earlier['shard']}, not of --shard {args.shard}: "
+                              "resume each shard from its own record")
         recorded = {r.mutant.id: r for r in results}
+        records.append((args.json, results, earlier))
     for other in args.merge:
         if not other.exists():
             raise ConfigError(f"--merge {other}: no such file; name a record written with --json")
         results_there, there = _read_record(other)
         _check_same_sources(other, there, session.digests)
-        earlier = report.merge(recorded, earlier, results_there, there)
+        records.append((other, results_there, there))
+        if not there.get("shard"):
+            earlier = report.merge(recorded, earlier, results_there, there)
+    if any(prov.get("shard") for _path, _results, prov in records) and args.merge:
+        # the N shards' records: what one run writes
+        recorded, earlier = report.combine_shards(records)
+    elif args.report_only and not (args.json and args.json.exists()):
+        raise ConfigError(f"--report-only --merge adds to the record in --json, and {args.json} does not exist: "
+                          "name an existing record (a new --json is for merging the N records of --shard K/N)")
     return recorded, earlier
 
 
 def _report_only(args, config, session: MutationPass, recorded: dict, earlier: dict) -> int:
     """--report-only: the record judged by the verdicts as they are now, written again; nothing runs."""
-    if not args.markdown:
+    if not args.markdown and not args.merge:
         raise ConfigError("--report-only writes --markdown FILE; name one")
     results = sorted(session.rejudge(list(recorded.values())), key=session.source_order)
     not_run = [m for m in session.mutants() if m.id not in recorded]
     earlier = {**earlier, "sources": session.digests}  # checked above: the same, or a legacy record's
-    report.write_text(args.markdown, report.markdown(results, earlier, not_run, config))
+    if args.markdown:
+        report.write_text(args.markdown, report.markdown(results, earlier, not_run, config))
     report.write_json(args.json, results, earlier)
     return 0
 
@@ -171,7 +198,8 @@ def _run_pass(args, config, session: MutationPass, recorded: dict, earlier: dict
     def partial(results):
         if args.json:
             spent = earlier.get("wall_seconds", 0) + time.monotonic() - started
-            prov = report.provenance(command, config.root, spent, session.coverage_map, earlier, session.digests)
+            prov = report.provenance(command, config.root, spent, session.coverage_map, earlier, session.digests,
+                                     _shard_of(args))
             report.write_json(args.json, results, {**prov, "partial": True})
 
     return session.run(recorded, partial)
@@ -180,7 +208,7 @@ def _run_pass(args, config, session: MutationPass, recorded: dict, earlier: dict
 def _write_results(args, config, session: MutationPass, results, coverage, seconds: float, earlier: dict,
                    command: str) -> None:
     prov = report.provenance(command, config.root, seconds + earlier.get("wall_seconds", 0), coverage,
-                             earlier, session.digests)
+                             earlier, session.digests, _shard_of(args))
     if args.json:
         report.write_json(args.json, results, prov)
     if args.markdown:
@@ -191,6 +219,10 @@ def _write_results(args, config, session: MutationPass, results, coverage, secon
     log(f"score: {s['caught']} of {s['judged']} caught ({s['score_pct']} %); survived {s['survived']}, "
         f"not run {s['not_run']}, timeout {s['timeout']}, error {s['error']}, equivalent {s['equivalent']}, "
         f"device-only {s['device_only']}; {seconds / 60:.1f} min")
+
+
+def _shard_of(args: argparse.Namespace) -> str | None:
+    return str(args.shard) if args.shard else None
 
 
 def _check_same_sources(path: Path, provenance: dict, digests: dict[str, str]) -> None:

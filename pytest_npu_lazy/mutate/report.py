@@ -75,9 +75,10 @@ def _commit(root: Path) -> str:
 
 
 def provenance(command: str, root: Path, seconds: float, coverage: CoverageMap, earlier: dict | None = None,
-               sources: dict[str, str] | None = None) -> dict:
+               sources: dict[str, str] | None = None, shard: str | None = None) -> dict:
     """Where a record comes from. A resumed record keeps the command that began it; the commands that went on
-    with it (a resume, some mutants run again) are listed after it, once each."""
+    with it (a resume, some mutants run again) are listed after it, once each. ``shard``: the ``K/N`` of a
+    shard's record (:func:`combine_shards` merges the N)."""
     first, then = command, []
     if earlier and earlier.get("command"):
         first, then = earlier["command"], list(earlier.get("then", []))
@@ -88,7 +89,8 @@ def provenance(command: str, root: Path, seconds: float, coverage: CoverageMap, 
             "wall_seconds": round(seconds),
             "coverage_seconds": coverage.seconds, "tests": len(coverage.tests),
             "inductor_graph_caches": GRAPH_CACHES,  # in every run since it was recorded
-            "sources": dict(sources or (earlier or {}).get("sources", {}))}  # config.digest of each mutated module
+            "sources": dict(sources or (earlier or {}).get("sources", {})),  # config.digest of each mutated module
+            **({"shard": shard} if shard else {})}
 
 
 def merge(recorded: dict[str, MutantResult], prov: dict, other: list[MutantResult], other_prov: dict) -> dict:
@@ -111,6 +113,55 @@ def merge(recorded: dict[str, MutantResult], prov: dict, other: list[MutantResul
     if entry not in merged:
         merged.append(entry)
     return {**prov, "merged": merged}
+
+
+#: provenance that one run and its N shards record alike (each shard ran on the same checkout and versions)
+_SHARED = ("commit", "torch_npu", "torch", "python", "tests", "inductor_graph_caches", "sources")
+
+
+def combine_shards(records: list[tuple[Path, list[MutantResult], dict]]) -> tuple[dict[str, MutantResult], dict]:
+    """The N records of ``--shard 1/N`` ... ``--shard N/N`` as the one record a single run writes.
+
+    The results are the shards' results together (a stable hash gave each mutant to one shard; a mutant in two
+    records, after a ``--resume`` from another shard's copy, keeps the result :func:`merge` prefers). The
+    provenance is one run's, with what necessarily differs combined: ``command`` is shard 1's without
+    ``--shard K/N``; ``wall_seconds`` and ``coverage_seconds`` the longest shard's (the shards run side by
+    side; each takes the coverage pass); ``commit``, versions and sources must agree (else the records are
+    refused); and ``shards`` lists each shard's own command and times, after the keys one run writes.
+    """
+    from ..shard import ShardError, check_complete, parse, without_shard
+
+    parsed = []
+    for path, _results, prov in records:
+        if not prov.get("shard"):
+            raise ShardError(f"{path} is not a shard's record (no --shard in its provenance): merge the N records "
+                             "written with --shard K/N, or merge a --function record on its own")
+        parsed.append(parse(prov["shard"], option=f"{path}: shard"))
+    check_complete(parsed, "records")
+    ordered = sorted(zip(parsed, records), key=lambda pair: pair[0].index)
+    firstprov = ordered[0][1][2]
+    for key in _SHARED:
+        differ = {str(prov.get(key)) for _shard, (_path, _results, prov) in ordered}
+        if len(differ) > 1:
+            raise ShardError(f"the shards' records differ in {key} ({'; '.join(sorted(differ))}): run every shard on "
+                             "the same checkout and versions, then merge")
+    recorded: dict[str, MutantResult] = {}
+    for _shard, (_path, results, prov) in ordered:
+        merge(recorded, {}, results, prov)
+    then: list[str] = []
+    for _shard, (_path, _results, prov) in ordered:
+        then += [c for c in (without_shard(c) for c in prov.get("then", [])) if c not in then]
+    combined = {"command": without_shard(firstprov.get("command", "not recorded")), "then": then,
+                **{key: firstprov.get(key) for key in _SHARED[:4]},
+                "wall_seconds": max(prov.get("wall_seconds") or 0 for _s, (_p, _r, prov) in ordered),
+                "coverage_seconds": max(prov.get("coverage_seconds") or 0 for _s, (_p, _r, prov) in ordered),
+                **{key: firstprov.get(key) for key in _SHARED[4:]}}
+    if any(prov.get("partial") for _s, (_p, _r, prov) in ordered):
+        combined["partial"] = True
+    combined["shards"] = [{"shard": str(s), "command": prov.get("command", "not recorded"),
+                           "then": list(prov.get("then", [])), "wall_seconds": prov.get("wall_seconds"),
+                           "coverage_seconds": prov.get("coverage_seconds")} for s, (_p, _r, prov) in ordered]
+    return recorded, combined
 
 
 def write_json(path: Path, results: list[MutantResult], prov: dict) -> None:
@@ -168,6 +219,9 @@ def markdown(results: list[MutantResult], prov: dict, not_run: list | None = Non
         out.append(f"| {label} | {value} |")
         if key == "command":
             out += [f"| then | `{command}` |" for command in prov.get("then", [])]
+    for each in prov.get("shards", []):
+        out.append(f"| shard {each['shard']} | `{each['command']}` ({each.get('wall_seconds', 'not recorded')} s "
+                   "of wall time) |")
     for other in prov.get("merged", []):
         commands = [other["command"], *other.get("then", [])]
         new = [c for c in commands if c != prov.get("command") and c not in prov.get("then", [])]

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from . import operators
+from ..shard import Shard
 from .config import Config, ConfigError, digest, locate_source
 from .status import VERDICTS, Status
 from .hook import Plan
@@ -59,6 +60,8 @@ class PassOptions:
     sample: bool = False  #: the configuration's fixed sample, against its sample tests
     tests: list[str] = field(default_factory=list)  #: run against these tests instead of the configuration's
     retake_coverage: bool = False
+    #: only the mutants this shard holds (a stable hash of each id): one of N machines' part of the pass
+    shard: Shard | None = None
 
 
 #: a test's limit under a mutant is this many times its unmutated time (taken in the coverage pass, which is
@@ -101,6 +104,8 @@ class MutationPass:
         missing = [w for w in self._patterns() if not any(m.id == w or m.id.startswith(w) for m in mutants)]
         if missing:
             raise ConfigError(f"no mutant matches {', '.join(missing)}; list them with --list")
+        if self.options.shard is not None:  # after the checks above: a name is known whatever shard holds it
+            mutants = [m for m in mutants if self.options.shard.holds(m.id)]
         return mutants
 
     def check_verdicts(self) -> None:

@@ -59,8 +59,12 @@ def pytest_configure(config: pytest.Config) -> None:
         else:
             config.pluginmanager.register(MapTaker(tracer), "npu_lazy_map_taker")
         if this.reports:
-            config.pluginmanager.register(MapWriter(settings.path, settings.packages, list(config.invocation_params.args)),
-                                          "npu_lazy_map_writer")
+            config.pluginmanager.register(MapWriter(settings.path, settings.packages, list(config.invocation_params.args),
+                                                    settings.shard), "npu_lazy_map_writer")
+        if settings.shard is not None and not this.child and not this.controller:
+            from ..selection.pytest_side import ShardFilter
+
+            config.pluginmanager.register(ShardFilter(config, settings.shard, tracer), "npu_lazy_shard_filter")
     if settings.changed is not None and not this.child:
         from ..selection.map import SelectionMap
         from ..selection.pytest_side import ChangeFilter, changes_for

@@ -21,11 +21,12 @@ from typing import Generator
 import pytest
 
 from .. import role
+from ..shard import Shard
 from .changes import ChangeSet, resolve
 from .map import SelectionMap, installed_versions, new_map
 from .rule import Selection, select
 from .sources import inventory, package_roots
-from .tracer import EvidenceTracer
+from .tracer import SHARD_PROCESS, EvidenceTracer
 
 #: the report attribute a test's evidence travels on
 EVIDENCE_ATTRIBUTE = "npu_lazy_map"
@@ -80,10 +81,12 @@ def start_tracer(packages: tuple[str, ...]) -> EvidenceTracer:
 class MapWriter:
     """In the process that reports: every test's evidence, then the map."""
 
-    def __init__(self, path: Path, packages: tuple[str, ...], command: list[str]) -> None:
+    def __init__(self, path: Path, packages: tuple[str, ...], command: list[str], shard: Shard | None = None) -> None:
         self.path = path
         self.packages = packages
         self.map = new_map(list(packages), command)
+        if shard is not None:
+            self.map.taken["shard"] = str(shard)
         self.outcomes: dict[str, str] = {}
         self.evidence: dict[str, dict] = {}
         self.pid = os.getpid()
@@ -126,6 +129,42 @@ class MapWriter:
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.written:
             terminalreporter.write_line(self.written)
+
+
+class ShardFilter:
+    """--npu-lazy-shard K/N: deselects the tests another shard takes (a stable hash of each node id).
+
+    In the process that collects and runs tests (the pytest process, an xdist worker), the tracer then names
+    its process as every shard does and counts its tests' order by their place in the whole collection: the
+    shards' maps merge into the map of one run (python -m pytest_npu_lazy.selection.merge).
+    """
+
+    def __init__(self, config: pytest.Config, shard: Shard, tracer: EvidenceTracer | None) -> None:
+        self.shard = shard
+        self.tracer = tracer
+        workerinput = role.xdist_worker_input(config)
+        self.process = SHARD_PROCESS + (str(workerinput.get("workerid", "worker")) if workerinput else "run")
+        self.kept = self.dropped = 0
+        self.pid = os.getpid()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        if os.getpid() != self.pid:  # a test child inherited this plugin: its one test is this shard's already
+            return
+        places = {item.nodeid: place for place, item in enumerate(items)}
+        kept = [item for item in items if self.shard.holds(item.nodeid)]
+        dropped = [item for item in items if not self.shard.holds(item.nodeid)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
+        if self.tracer is not None:
+            self.tracer.name_process(self.process, {item.nodeid: places[item.nodeid] for item in kept})
+        self.kept, self.dropped = len(kept), len(dropped)
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.kept or self.dropped:
+            terminalreporter.write_line(f"npu_lazy: shard {self.shard} of the selection map ran {self.kept} tests, "
+                                        f"left {self.dropped} to the other shards")
 
 
 class ChangeFilter:

@@ -37,6 +37,8 @@ SUBPROCESS = "subprocess"
 SUBPROCESS_DIR_ENV = "PYTEST_NPU_LAZY_MAP_SUBPROCESS"
 ROOTS_ENV = "PYTEST_NPU_LAZY_MAP_ROOTS"
 SITE_DIR = Path(__file__).with_name("site")
+#: a sharded take names each process that collects (the pytest process, an xdist worker) alike in every shard
+SHARD_PROCESS = "shard:"
 #: coverage.py warnings that say nothing about the map (no line of a watched package ran yet...)
 _QUIET_COVERAGE = ["no-data-collected", "module-not-imported", "module-not-measured", "already-imported",
                    "include-ignored", "no-ctracer", "dynamic-conflict", "couldnt-parse"]
@@ -109,8 +111,16 @@ class EvidenceTracer:
         self.lingering: list[str] = []
         #: this process's token and how many tests it ran: an in-process test can see what earlier ones left
         self._process = ("", 0, -1)
+        #: a sharded take (--npu-lazy-shard): each test's place in the whole collection, for this process's tests
+        self.positions: dict[str, int] = {}
         self.outbox: str | None = None
         self._saved_env: dict[str, str | None] = {}
+
+    def name_process(self, name: str, positions: dict[str, int]) -> None:
+        """A sharded take: this process (not its forks) is ``name`` in every shard, and its tests' order is their
+        place in the whole collection, so the shards' maps merge into one run's (:mod:`.merge`)."""
+        self._process = (name, os.getpid(), self._process[2])
+        self.positions = positions
 
     def map_path(self, filename: str) -> str | None:
         """``torch_npu/utils/_dynamo.py`` for a file of a watched package; None for any other."""
@@ -197,6 +207,7 @@ class EvidenceTracer:
         self._file(self._cut(), self.phases.setdefault(self.phase or "teardown", {}))
         self._collect_subprocesses()
         token, pid, order = self._process
+        place = self.positions.get(self.test or "") if pid == os.getpid() else None
         if pid != os.getpid():  # a fork (an isolated test's child) is a process of its own
             token, pid, order = uuid.uuid4().hex[:16], os.getpid(), -1
         self._process = (token, pid, order + 1)
@@ -207,7 +218,7 @@ class EvidenceTracer:
             "preloaded": self.preloaded,
             "opaque": sorted(set(self.opaque)),
             "process": token,
-            "order": order + 1,
+            "order": order + 1 if place is None else place,
         }
         self.test, self.phase, self.phases, self.opaque, self.outbox = None, None, {}, [], None
         return evidence

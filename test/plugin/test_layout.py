@@ -113,7 +113,8 @@ def test_no_module_over_the_limit():
 #: above: no arrow runs back up.
 #:
 #: - foundation: exceptions, the pytest internals, the version, torch's build and where to get it, the
-#:   process's role; they import nothing of the package.
+#:   process's role, ``--shard K/N`` (shared by the mutation pass and the selection map); they import nothing
+#:   of the package.
 #: - cann: the CANN host stub and the emulated NPU. It runs before torch is imported, in any process, and
 #:   needs nothing but the foundation.
 #: - probe: what a test loaded, when and why (the recorder, the fixture, the typed Summary and the default
@@ -129,7 +130,8 @@ def test_no_module_over_the_limit():
 #: - the package itself: its __init__ names the public API (NpuLazy, run_python) and loads it on first use,
 #:   so it sits on top, and no module inside imports a name from it (hence version.py at the bottom).
 LAYERS = (
-    ("foundation", ("errors", "compat", "version", "torch_build", "torch_source", "site_chain", "role")),
+    ("foundation", ("errors", "compat", "version", "torch_build", "torch_source", "site_chain", "role",
+                    "shard")),
     ("cann", ("cann",)),
     ("probe", ("probe",)),
     ("settings", ("settings",)),
