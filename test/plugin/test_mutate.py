@@ -546,3 +546,54 @@ def test_a_merged_record_adds_what_it_ran_and_its_catches_but_never_uncatches():
     assert {i: (r.status, r.killed_by) for i, r in recorded.items()} == {
         a.id: ("caught", "t::new"), b.id: ("caught", "t::one"), c.id: ("timeout", ""), d.id: ("caught", "t::two")}
     assert prov["command"] == "first" and prov["merged"] == [{"command": "rerun --only", "then": [], "wall_seconds": 12}]
+
+
+@pytest.mark.needs("torch")
+def test_shards_by_id_merge_into_exactly_the_record_one_run_writes(tmp_path):
+    """--shard 1/2 and 2/2, merged with --report-only --merge: the one run's results, score and tables; the
+    provenance one run's, with the longest shard's wall time and each shard's command added."""
+    project = _project(tmp_path)
+    one = _mutate(project, "--function", "load_heavy", "--json", "one.json", "--markdown", "one.md")
+    assert one.returncode == 0, one.stderr
+    for k in (1, 2):
+        run = _mutate(project, "--function", "load_heavy", "--shard", f"{k}/2", "--json", f"s{k}.json")
+        assert run.returncode == 0, run.stderr
+    shards = [json.loads((project / f"s{k}.json").read_text()) for k in (1, 2)]
+    ids = [{m["mutant"]["id"] for m in shard["mutants"]} for shard in shards]
+    single = json.loads((project / "one.json").read_text())
+    assert ids[0] and ids[1] and not ids[0] & ids[1]  # disjoint, both with work
+    assert ids[0] | ids[1] == {m["mutant"]["id"] for m in single["mutants"]}  # and together, every mutant
+    assert [s["provenance"]["shard"] for s in shards] == ["1/2", "2/2"]
+    # the merge writes a new record (--json need not exist), from the N shards in any order
+    merged = _mutate(project, "--report-only", "--json", "all.json", "--merge", "s2.json", "--merge", "s1.json",
+                     "--markdown", "all.md")
+    assert merged.returncode == 0, merged.stderr
+    data = json.loads((project / "all.json").read_text())
+
+    def timeless(record):
+        """Less what differs between any two runs: seconds, and the addresses a failure's message quotes."""
+        import re
+
+        return [{k: re.sub(r"0x[0-9a-f]+", "0x...", v) if isinstance(v, str) else v for k, v in m.items()
+                 if k != "seconds"} for m in record["mutants"]]
+
+    assert timeless(data) == timeless(single) and data["score"] == single["score"]
+    prov, once = data["provenance"], single["provenance"]
+    assert [k for k in prov if k != "shards"] == list(once)
+    assert {k: v for k, v in prov.items() if k not in ("command", "wall_seconds", "coverage_seconds", "shards")} == {
+        k: v for k, v in once.items() if k not in ("command", "wall_seconds", "coverage_seconds")}
+    assert "--shard" not in prov["command"] and "--function load_heavy --json s1.json" in prov["command"]
+    assert prov["wall_seconds"] == max(s["provenance"]["wall_seconds"] for s in shards)
+    assert [s["shard"] for s in prov["shards"]] == ["1/2", "2/2"] and "--shard 2/2" in prov["shards"][1]["command"]
+    table, table_once = ((project / name).read_text() for name in ("all.md", "one.md"))
+    assert "| shard 2/2 | `" in table
+    assert [line for line in table.splitlines() if not line.startswith("| ")] == \
+        [line for line in table_once.splitlines() if not line.startswith("| ")]
+    assert table[table.index("## Operators"):] == table_once[table_once.index("## Operators"):]
+    # an incomplete or mixed merge is refused, naming the fix
+    partial = _mutate(project, "--report-only", "--json", "part.json", "--merge", "s1.json")
+    assert partial.returncode == 2 and "shard 2/2 of 2 is missing" in partial.stderr, partial.stderr
+    mixed = _mutate(project, "--report-only", "--json", "mixed.json", "--merge", "s1.json", "--merge", "one.json")
+    assert mixed.returncode == 2 and "one.json is not a shard's record" in mixed.stderr, mixed.stderr
+    bad = _mutate(project, "--shard", "3/2", "--list")
+    assert bad.returncode == 2 and "K must be between 1 and N=2" in bad.stderr, bad.stderr
