@@ -85,7 +85,9 @@ def check_complete(shards: Iterable[Shard], what: str = "records") -> None:
                          "shard's record once")
     missing = [k for k in range(1, count + 1) if k not in seen]
     if missing:
-        raise ShardError(f"shard {', '.join(f'{k}/{count}' for k in missing)} of {count} is missing: merge all "
+        many = len(missing) > 1
+        raise ShardError(f"shard{'s' if many else ''} {', '.join(f'{k}/{count}' for k in missing)} of {count} "
+                         f"{'are' if many else 'is'} missing: merge all "
                          f"{count} records (run the missing shard first), or the merge lacks its part")
 
 

@@ -374,3 +374,69 @@ def test_in_process_a_changed_test_file_selects_the_tests_after_it(pytester, run
     result = _select(pytester, "test_a.py", "--as", "explain")
     assert "test_b.py::test_b\n    ran in-process after a test of the changed test_a.py" in result.stdout
     assert _select(pytester, "test_b.py").stdout.split() == ["test_b.py::test_b"]  # nothing ran after it
+
+
+#: tests of one process that each stand alone (a shard runs some of them without the others)
+ONE_PROCESS = IN_PROCESS.replace('assert CACHE["value"] == 1', 'assert watched.in_fixture() == 4')
+
+
+def _one_run(data: dict) -> dict:
+    """A map as any two runs of one suite write it alike: less when and how it was taken, each process token
+    (random) named by the first test of its process."""
+    tests = data["tests"]
+    first: dict[str, str] = {}
+    for nodeid in sorted(tests):
+        first.setdefault(tests[nodeid]["process"], nodeid)
+    return {**{k: v for k, v in data.items() if k != "taken"},
+            "tests": {n: {**t, "process": first.get(t["process"]) if t["process"] else None} for n, t in tests.items()}}
+
+
+@pytest.mark.parametrize("tests, count", [("isolated", 2), ("in-process", 3)])
+def test_a_sharded_take_merges_into_the_map_one_run_writes(pytester, run_pytest, tests, count):
+    """--npu-lazy-shard=K/N takes the map of its tests (disjoint, together all); the merge is one run's map: the
+    same evidence, outcomes and files, and an in-process test's process and order as in one process. (Tests
+    that read what an earlier test left behave otherwise in a shard without it: docs/change-selection.md.)"""
+    name = "test_watched" if tests == "isolated" else "test_order"  # N=3 gives each shard one of test_order's
+    pytester.makepyfile(**{"watched/__init__": WATCHED, name: TESTS if tests == "isolated" else ONE_PROCESS})
+    pytester.makeini("[pytest]\nnpu_lazy_map_packages = watched\n")
+    pytester.syspathinsert()
+    run_pytest("-p", "npu_lazy", "--npu-lazy-take-map")
+    single = _map(pytester)
+    parts = []
+    for k in range(1, count + 1):
+        run = run_pytest("-p", "npu_lazy", "--npu-lazy-take-map", f"--npu-lazy-shard={k}/{count}",
+                         f"--npu-lazy-map=map-{k}.json")
+        assert f"shard {k}/{count} of the selection map ran" in run.text()
+        parts.append(json.loads((pytester.path / f"map-{k}.json").read_text()))
+    names = [set(part["tests"]) for part in parts]
+    assert all(names) and sum(map(len, names)) == len(set().union(*names)) == len(single["tests"])
+    merged = subprocess.run([sys.executable, "-m", "pytest_npu_lazy.selection.merge",
+                             *(f"map-{k}.json" for k in range(count, 0, -1)), "--out", "merged.json"],
+                            cwd=pytester.path, capture_output=True, text=True, timeout=120)
+    assert merged.returncode == 0, merged.stderr
+    data = json.loads((pytester.path / "merged.json").read_text())
+    assert _one_run(data) == _one_run(single)
+    command = data["taken"]["command"]
+    assert "--npu-lazy-map=map-1.json" in command and not any("--npu-lazy-shard" in word for word in command)
+    assert [s["shard"] for s in data["taken"]["shards"]] == [f"{k}/{count}" for k in range(1, count + 1)]
+    if tests == "in-process":  # the merged map selects as one run's: a test after the one whose state it reads
+        (pytester.path / "used.diff").write_text(_diff("watched/__init__.py", 6, "        return 1", "        return 11"))
+        explained = _select(pytester, "used.diff", "--as", "explain", "--map", "merged.json")
+        assert "test_order.py::test_later_reads_what_it_left\n    ran in-process after " \
+               "test_order.py::test_first_sets_up" in explained.stdout, explained.stdout
+    refused = subprocess.run([sys.executable, "-m", "pytest_npu_lazy.selection.merge", "map-1.json", "--out", "x.json"],
+                             cwd=pytester.path, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and f"2/{count}" in refused.stderr and "missing" in refused.stderr, refused.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--npu-lazy-take-map", "--npu-lazy-shard=3/2"], "K must be between 1 and N=2"),
+    (["--npu-lazy-take-map", "--npu-lazy-shard=two"], "is not of the form K/N"),
+    (["--npu-lazy-shard=1/2"], "add --npu-lazy-take-map"),
+])
+def test_a_bad_shard_is_a_usage_error_naming_the_fix(pytester, run_pytest, args, message):
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")
+    pytester.makeini("[pytest]\nnpu_lazy_map_packages = json\n")
+    run = run_pytest("-p", "npu_lazy", *args)
+    assert run.result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in run.text() and "test_one" not in run.outcomes
