@@ -18,7 +18,7 @@ def chain_to_the_next_sitecustomize(here: str) -> None:
     saved = sys.path[:]
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     try:
-        import sitecustomize  # noqa: F401 - the environment's own, if any
+        import sitecustomize  # type: ignore[import-not-found]  # noqa: F401 - the environment's own, if any: found at run time
     except ImportError:
         pass
     finally:

@@ -43,7 +43,8 @@ def gpu_build_of(version: str, requires: list[str]) -> str | None:
     local = version.partition("+")[2]
     if local.startswith(("cu", "rocm")):
         return f"version {version}"
-    names = (re.match(r"[A-Za-z0-9._-]*", requirement).group() for requirement in requires)
+    # the pattern matches every string (maybe empty): ``if match`` only tells mypy so
+    names = (match.group() for match in (re.match(r"[A-Za-z0-9._-]*", r) for r in requires) if match)
     nvidia = sorted({name for name in names if name.lower().startswith("nvidia-")})
     if nvidia:
         more = f" and {len(nvidia) - 1} more nvidia-* package(s)" if len(nvidia) > 1 else ""

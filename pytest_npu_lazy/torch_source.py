@@ -178,12 +178,12 @@ def choose(requirement: str, *, cpu_index: str = CPU_INDEX, check_installed: boo
         return Choice(f"already installed (torch {_installed(requirement)})", ())
     configured = resolve(requirement, python=python)
     configured_answer = _answer(configured, requirement)
-    if configured_answer is None:
+    if configured_answer is None and isinstance(configured, Resolution):  # no answer: always a Resolution
         return Choice(f"pip's configured sources ({configured.url})", ("--no-deps", requirement))
     index = resolve(requirement, ("--index-url", cpu_index), env=ONLY_THE_INDEX, python=python,
                     timeout=PROBE_TIMEOUT, retries=0, limit=PROBE_LIMIT)
     index_answer = _answer(index, requirement)
-    if index_answer is None:
+    if index_answer is None and isinstance(index, Resolution):
         return Choice(f"PyTorch's CPU index ({index.url}); pip's configured sources do not serve it "
                       f"({configured_answer})",
                       ("--no-deps", "--index-url", cpu_index, requirement))

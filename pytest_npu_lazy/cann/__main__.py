@@ -9,6 +9,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from .analysis import StubSpec, analyse, analyse_wheel
 from .build import build_stub
@@ -30,7 +31,7 @@ def _missing_exports(spec: StubSpec, stub_dir: Path) -> list[str]:
 
 
 def _report(spec: StubSpec, build: str | os.PathLike | None, do_build: bool, emulate: bool = False) -> dict:
-    result = {
+    result: dict[str, Any] = {
         "source": spec.source,
         "torch_npu_version": spec.torch_npu_version,
         "torch_version": spec.torch_version,

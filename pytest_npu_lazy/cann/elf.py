@@ -7,9 +7,13 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from .common import CannError
+
+if TYPE_CHECKING:
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.gnuversions import GNUVerNeedSection
 
 # --------------------------------------------------------------------------- ELF reading
 
@@ -60,17 +64,18 @@ def _read_elf(stream: BinaryIO, label: str) -> _Elf:
     if dynsym is None or dynamic is None:
         raise CannError(f"{label}: no dynamic symbol table; is it a shared library?")
     needed, soname = [], None
-    for tag in dynamic.iter_tags():
+    tag: Any  # pyelftools sets .needed and .soname on the DT_NEEDED and DT_SONAME tags at run time
+    for tag in cast("DynamicSection", dynamic).iter_tags():  # SHT_DYNAMIC: pyelftools gives a DynamicSection
         if tag.entry.d_tag == "DT_NEEDED":
             needed.append(tag.needed)
         elif tag.entry.d_tag == "DT_SONAME":
             soname = tag.soname
 
-    version_files: dict[int, str] = {}
+    version_files: dict[int, str | None] = {}
     versym = b""
     for section in elf.iter_sections():
         if section["sh_type"] == "SHT_GNU_verneed":
-            for verneed, auxiliaries in section.iter_versions():
+            for verneed, auxiliaries in cast("GNUVerNeedSection", section).iter_versions():
                 for aux in auxiliaries:
                     version_files[aux["vna_other"]] = verneed.name
         elif section["sh_type"] == "SHT_GNU_versym":

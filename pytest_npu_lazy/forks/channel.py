@@ -32,13 +32,22 @@ import threading
 import time
 from collections import deque
 from dataclasses import fields
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from .processes import close_fd
 
 _HEADER = struct.Struct("!II")  # payload length, number of fds
 _MAX_FDS = 16
-_HANDLED: dict[tuple[type, tuple[type, ...]], "Accepts"] = {}  # what an endpoint class accepts, derived once
+_HANDLED: dict[tuple[type, tuple[MessageType, ...]], "Accepts"] = {}  # what an endpoint class accepts, derived once
+
+
+class TypedMessage(Protocol):
+    """A message: a frozen dataclass whose ``KIND`` names the event and whose fields are its payload."""
+
+    KIND: ClassVar[str]
+
+
+MessageType = type[TypedMessage]
 
 
 class Message(NamedTuple):
@@ -168,11 +177,11 @@ def send(channel: Channel, message: Any, fds: list[int] | tuple[int, ...] = ()) 
 class Accepts:
     """The message types one end accepts on one channel, by kind."""
 
-    def __init__(self, *types: type) -> None:
+    def __init__(self, *types: MessageType) -> None:
         self.types = {cls.KIND: cls for cls in types}
 
     @classmethod
-    def handled_by(cls, endpoint: object, *types: type) -> "Accepts":
+    def handled_by(cls, endpoint: object, *types: MessageType) -> "Accepts":
         """The kinds among ``types`` that ``endpoint`` (an instance or its class) has an ``on_<kind>`` method
         for, and only those; derived once per class.
 
@@ -188,7 +197,7 @@ class Accepts:
         return _HANDLED[key]
 
     @classmethod
-    def _derive(cls, endpoint: type, types: tuple[type, ...]) -> "Accepts":
+    def _derive(cls, endpoint: type, types: tuple[MessageType, ...]) -> "Accepts":
         kinds = {message.KIND for message in types}
         stray = sorted(name for name in dir(endpoint)
                        if name.startswith("on_") and name[3:] not in kinds)

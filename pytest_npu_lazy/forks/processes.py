@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import ModuleType
 from typing import Iterator
 
 _PR_SET_PDEATHSIG = 1
@@ -51,6 +52,7 @@ def _titles_within_argv() -> Iterator[None]:
 
 
 with _titles_within_argv():
+    _setproctitle: ModuleType | None
     try:  # optional: rewrites the command line that ps shows; without it only the short name changes
         import setproctitle as _setproctitle
     except ImportError:  # pragma: no cover - depends on the environment
@@ -177,7 +179,7 @@ class ChildWatcher:
 
     def add(self, pid: int) -> None:
         try:
-            self._pidfds[pid] = os.pidfd_open(pid)  # type: ignore[attr-defined]
+            self._pidfds[pid] = os.pidfd_open(pid)
         except (AttributeError, OSError):
             self._pidfds[pid] = -1
 

@@ -35,7 +35,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
-from .channel import Accepts, Channel, ChannelClosed, ProtocolError
+from .channel import Accepts, Channel, ChannelClosed, MessageType, ProtocolError
 from .processes import ChildWatcher
 
 #: how long the loop sleeps between polls where an exit cannot wake it (no pidfd)
@@ -61,7 +61,7 @@ class ForkServer:
     """Serve one control channel: dispatch its messages by kind, reap children, end with all of them."""
 
     #: the message types this server may be sent; it accepts those it has an ``on_<kind>`` handler for
-    MESSAGES: tuple[type, ...] = ()
+    MESSAGES: tuple[MessageType, ...] = ()
     #: the signal its children get when it ends (SIGTERM lets a zygote end its own children first)
     CHILD_STOP_SIGNAL = signal.SIGKILL
     #: a name for messages to a person: "a zygote server got ..."

@@ -18,6 +18,7 @@ import argparse
 import os
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 from html import escape
@@ -167,7 +168,7 @@ def _text_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in [header] + rows]
 
 
-def render_text(columns: list[Column], phases: list[str] = ()) -> str:
+def render_text(columns: list[Column], phases: Sequence[str] = ()) -> str:
     lines = [f"[{i + 1}] {c.label}  ({c.path})" for i, c in enumerate(columns)]
     sections = suites(columns)
     for suite, indices, parts in sections:
@@ -192,7 +193,7 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
                     for row in rows]
 
 
-def render_markdown(columns: list[Column], phases: list[str] = ()) -> str:
+def render_markdown(columns: list[Column], phases: Sequence[str] = ()) -> str:
     sections = suites(columns)
     lines: list[str] = []
     for suite, _indices, parts in sections:

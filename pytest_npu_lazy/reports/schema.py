@@ -16,6 +16,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 from ..probe.summary import Summary
@@ -52,7 +53,7 @@ def environment_label(env: dict) -> str:
     return f"torch {env.get('torch')} / torch_npu {env.get('torch_npu')} / {triton} / CANN {cann}"
 
 
-def phase_entry(phase: dict, with_modules: bool) -> dict:
+def phase_entry(phase: Mapping[str, Any], with_modules: bool) -> dict:
     """One phase of a test's summary as the JSON report has it."""
     entry = {
         "name": phase["name"],
@@ -88,7 +89,7 @@ def result_entry(nodeid: str, outcome: str, duration: float, *, message: str | N
 
 
 #: the summary's keys of a test that ran in the pytest process
-_NOT_ISOLATED = {"inductor_cache": None, "inductor_cache_policy": None, "isolation": None, "baseline": None, "preload": [], "blocked": [],
+_NOT_ISOLATED: dict[str, Any] = {"inductor_cache": None, "inductor_cache_policy": None, "isolation": None, "baseline": None, "preload": [], "blocked": [],
                  "device_calls_unavailable": None, "device_calls_dropped": 0, "records": {}, "phases": [],
                  "checks": [], "cann_mode": None}
 

@@ -143,7 +143,7 @@ def _op_files(filename: str, files: list[str]) -> list[str]:
 def _exclude(selected: dict[str, str]) -> dict[str, str]:
     """TestMgr.exclude_test_files: slow tests by substring, then NOT_RUN_DIRECTLY folders -> their file."""
     kept = {p: r for p, r in selected.items() if not any(n + ".py" in p for n in SLOW_TEST_BLOCKLIST)}
-    instead = {}
+    instead: dict[str, str] = {}
     for name, replacement in NOT_RUN_DIRECTLY.items():
         for p in list(kept):
             folder_in = not name.endswith(".py") and "/" + name + "/" in "/" + p

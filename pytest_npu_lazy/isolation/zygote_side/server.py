@@ -20,7 +20,7 @@ import os
 import signal
 
 from ... import compat
-from ...forks.channel import Channel, send
+from ...forks.channel import Channel, MessageType, send
 from ...forks.processes import die_with_parent, fork_hazard, set_title, threads_warning
 from ...forks.server import ForkServer, freeze_heap, other_threads, run_forked
 from ...probe.recorder import RECORDER
@@ -36,7 +36,7 @@ from .module_collection import ModuleCollection
 class _IsolationServer(ForkServer):
     """What the root and every zygote share: a title, no Ctrl-C of their own, and an exit reported upstream."""
 
-    MESSAGES = messages.TO_ZYGOTE  # each server accepts, of these, the kinds it has handlers for
+    MESSAGES: tuple[MessageType, ...] = messages.TO_ZYGOTE  # each server accepts, of these, the kinds it has handlers for
     NAME = "zygote server"
 
     def __init__(self, channel: Channel, session, title: tuple[str, str]) -> None:
