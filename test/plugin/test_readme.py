@@ -92,7 +92,8 @@ def _plugin_env_vars() -> set[str]:
 
     Those are the child's descriptor, the run's Inductor cache directory (the outermost pytest process names it
     to the workers and nested runs it starts), the selection map's folder and package directories for the Python
-    processes a map-taking test starts, and the mutation runner's plan and results file: the runner (a tool
+    processes a map-taking test starts, and the mutation runner's plan and results file (the latter read by
+    role.py, which decides each process's role): the runner (a tool
     beside pytest, with its own --help) sets them for the processes of each run it starts; no user sets them.
     """
     package = Path(__file__).resolve().parents[2] / "pytest_npu_lazy"
@@ -102,7 +103,7 @@ def _plugin_env_vars() -> set[str]:
             continue
         names.update(re.findall(r"PYTEST_NPU_LAZY_[A-Z_]+", source.read_text()))
     return names - {"PYTEST_NPU_LAZY_CHILD_FD", "PYTEST_NPU_LAZY_INDUCTOR_RUN_DIR", "PYTEST_NPU_LAZY_MAP_SUBPROCESS",
-                     "PYTEST_NPU_LAZY_MAP_ROOTS"}
+                     "PYTEST_NPU_LAZY_MAP_ROOTS", "PYTEST_NPU_LAZY_MUTATE_RESULTS"}
 
 
 def test_every_option_ini_key_and_env_var_is_in_the_options_table_and_help(pytester):
