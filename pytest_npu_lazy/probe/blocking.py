@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 from ..errors import BlockError
 from .recorder import matches
@@ -31,7 +31,7 @@ class ModuleBlocker:
 
     def __init__(self, describe_origin: Callable[[str], str] | None = None) -> None:
         self.blocked: list[str] = []
-        self._original_find_spec = None
+        self._original_find_spec: Callable[..., Any] | None = None
         self._describe_origin = describe_origin or (lambda name: "")
 
     def block(self, *names: str) -> None:
@@ -63,7 +63,7 @@ class ModuleBlocker:
                 return None
             return original(finder, fullname, target)
 
-        finder_class.find_spec = find_spec
+        finder_class.find_spec = find_spec  # type: ignore[method-assign]  # patched until restore()
 
     def bypassed(self) -> list[str]:
         """Blocked names that something loaded anyway, without asking the import system."""
@@ -71,7 +71,7 @@ class ModuleBlocker:
 
     def restore(self) -> None:
         if self._original_find_spec is not None:
-            importlib.machinery.FileFinder.find_spec = self._original_find_spec
+            importlib.machinery.FileFinder.find_spec = self._original_find_spec  # type: ignore[method-assign]  # put back
             self._original_find_spec = None
         for name in self.blocked:
             if name in sys.modules and sys.modules[name] is None:

@@ -197,12 +197,12 @@ class DeviceCallLog:
         if self._queue_buffer is None:  # small and reused: most tests queue no call, and a big one costs page faults
             self._queue_buffer = (_QueuedCall * 256)()
         buffer = self._queue_buffer
-        names: dict[int, str] | None = None
+        names: dict[int | None, str] = {}  # filled once a call comes; never empty then (this thread's name is in)
         taken = 0
         while True:
             count = self._library.npu_lazy_take_queued_device_calls(buffer, len(buffer))
             taken += count
-            if count and names is None:
+            if count and not names:
                 names = {thread.native_id: thread.name for thread in threading.enumerate()}
                 names[threading.get_native_id()] = threading.current_thread().name  # a fork's main thread: a new id
             for item in buffer[:count]:

@@ -32,7 +32,7 @@ from .summary import VIOLATION_ATTRIBUTE
 __tracebackhide__ = True
 
 
-def broken_guarantee(text: str, violation: dict) -> AssertionError:
+def broken_guarantee(text: str, violation: dict | None) -> AssertionError:
     """The AssertionError a person reads, carrying the same violation as data for the reports.
 
     ``violation``: ``{"kind": "loaded" | "missing" | "device_call", "module", "phase", "chain"}`` (for a

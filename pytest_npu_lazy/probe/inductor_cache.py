@@ -140,7 +140,7 @@ _COMPILED = ("aot_autograd", "total")
 #: loads what "cold" loads (test/plugin/test_inductor_cache.py), so the budget compares the two
 STATES = ("cold", "warm", "mixed", "uncached")
 #: states whose first calls load the same modules
-_SAME_LOADS = {"uncached": "cold"}
+_SAME_LOADS: dict[object, object] = {"uncached": "cold"}  # keyed by states read from JSON (any value)
 
 
 def snapshot() -> dict[str, int]:

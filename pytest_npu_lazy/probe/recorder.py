@@ -192,12 +192,12 @@ class ImportRecorder:
                 self.records[name] = ImportRecord(name, "before-recording", 0.0, status="loaded")
         self._remember_modules()
         self.phase = phase
-        self._original = _bootstrap._find_and_load
-        _bootstrap._find_and_load = self._find_and_load
+        self._original = _bootstrap._find_and_load  # type: ignore[attr-defined]  # private: not in typeshed
+        _bootstrap._find_and_load = self._find_and_load  # type: ignore[attr-defined]
 
     def uninstall(self) -> None:
         if self._original is not None:
-            _bootstrap._find_and_load = self._original
+            _bootstrap._find_and_load = self._original  # type: ignore[attr-defined]
             self._original = None
 
     def reset_after_fork(self) -> None:
@@ -340,7 +340,8 @@ class ImportRecorder:
         try:
             return self._local.stack
         except AttributeError:
-            self._local.stack = stack = []
+            stack: list[str] = []
+            self._local.stack = stack
             return stack
 
     def _find_and_load(self, name: str, import_):
@@ -357,7 +358,8 @@ class ImportRecorder:
             raise
 
     def _load(self, name: str, import_):
-        original = self._original
+        # uninstall() may have put the original back while this import was on its way here: then it is importlib's
+        original = self._original or _bootstrap._find_and_load  # type: ignore[attr-defined]
         existing = sys.modules.get(name, _MISSING)
         if existing is not _MISSING and existing is not None:
             return original(name, import_)
@@ -408,7 +410,7 @@ class ImportRecorder:
         if frame is None:
             return
         record.trigger = _location(frame)
-        callers = []
+        callers: list[CodeLocation] = []
         tail: collections.deque = collections.deque(maxlen=_TAIL_CALLERS)  # the frames nearest the harness
         while frame is not None:
             filename = frame.f_code.co_filename

@@ -23,7 +23,7 @@ from ..cann.emulation import REFUSAL_RESULT
 from .device_calls import DEVICE_CALLS, DeviceCall, DeviceCallLog, phase_holding, place_in_phases, summarise
 from ..errors import ProbeUsageError
 from .recorder import BASELINE_PHASES, RECORDER, ImportRecord, ImportRecorder, matches
-from .summary import DEFAULT_WATCH, Summary
+from .summary import DEFAULT_WATCH, PhaseSummary, Summary
 from .tracking import CallTracker
 
 #: pytest leaves this module's frames out of a failing test's traceback: a misused probe, a broken guard
@@ -75,7 +75,7 @@ class ProbeState:
     in_process_reason: str | None = None
     phases: list[PhaseSpan] = field(default_factory=list)
     blocker: ModuleBlocker = field(default_factory=ModuleBlocker)
-    tracker: CallTracker | None = None
+    tracker: CallTracker = field(init=False)  # set by __post_init__, on this state's recorder
     #: how many import attempts the baseline made: this test's own come after them
     attempts_before: int = 0
     #: modules whose loading a failing phase explains (ini npu_lazy_watch)
@@ -131,8 +131,7 @@ class ProbeState:
         return self
 
     def __post_init__(self) -> None:
-        if self.tracker is None:
-            self.tracker = CallTracker(self.recorder)
+        self.tracker = CallTracker(self.recorder)
         self.blocker._describe_origin = lambda name: self.origin_of(name, short=True)
 
     # -- phases -----------------------------------------------------------
@@ -179,7 +178,8 @@ class ProbeState:
         """A phase that raised (a wrapper that cannot be created...) says which watched modules it loaded."""
         if not hasattr(exc, "add_note") or getattr(exc, "_npu_lazy_phase", None):  # Python < 3.11; outer phase
             return
-        exc._npu_lazy_phase = phase  # the innermost phase explains; enclosing ones add nothing
+        # the innermost phase explains; enclosing ones add nothing (a mark of ours on the exception)
+        exc._npu_lazy_phase = phase  # type: ignore[attr-defined]
         self.recorder.sweep()
         explained = False
         for pattern in self.watch:
@@ -311,13 +311,20 @@ class ProbeState:
 
         def imports_of(name: str) -> tuple[int, list[dict], list[dict]]:
             frozen, own = by_phase.get(name, ([], []))
-            if not frozen:
+            if not frozen or self._frozen is None:  # frozen loads are only there with self._frozen
                 return self.phase_imports(own)
             part = self._frozen.imports_of(name, self)
             return merge_imports(part, self.phase_imports(own), self.watch) if own else part
 
         device_calls = self._device_call_summary()
         computed = self._computed_summary(device_calls)
+
+        def phase(name: str, parent: str | None, start: float, duration: float) -> PhaseSummary:
+            module_count, modules, watched = imports_of(name)
+            return {"name": name, "parent": parent, "start": start, "duration": duration,
+                    "module_count": module_count, "modules": modules, "watched": watched,
+                    "device_calls": device_calls.get(name, []), "computed": computed.get(name, [])}
+
         spans += [(name, None, spans[-1][2] if spans else 0.0, 0.0) for name in device_calls
                   if name not in {span[0] for span in spans}]
         return Summary(
@@ -333,12 +340,7 @@ class ProbeState:
             watch=tuple(self.watch),
             inductor_cache=inductor_cache.state(self.cache_counters, inductor_cache.snapshot()),
             inductor_cache_policy=self.inductor_cache_policy,
-            phases=tuple(
-                {"name": name, "parent": parent, "start": start, "duration": duration,
-                 **dict(zip(("module_count", "modules", "watched"), imports_of(name))),
-                 "device_calls": device_calls.get(name, []), "computed": computed.get(name, [])}
-                for name, parent, start, duration in spans
-            ),
+            phases=tuple(phase(name, parent, start, duration) for name, parent, start, duration in spans),
         )
 
     # -- device calls -------------------------------------------------------
@@ -404,8 +406,9 @@ def merge_imports(earlier: tuple[int, list[dict], list[dict]], later: tuple[int,
     for pattern in watch:
         first, then = before.get(pattern), after.get(pattern)
         if first is None or then is None:
-            if first or then:
-                watched.append(first or then)
+            either = first or then
+            if either:
+                watched.append(either)
             continue
         chosen = then if first["module"] != pattern and then["module"] == pattern else first
         watched.append({**chosen, "count": first["count"] + then["count"]})
