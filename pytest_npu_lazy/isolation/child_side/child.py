@@ -72,12 +72,18 @@ class ChildRelay(CollectionObserver):
         """The child's own channel, for a relay its module zygote registered before forking it."""
         self.channel = self.outputs.channel = channel
 
+    @property
+    def bound(self) -> Channel:
+        """The channel of a child: bound before its test, so before any hook about the test runs."""
+        assert self.channel is not None, "a relay's test hooks run in a child, after bind()"
+        return self.channel
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> None:
         """A phase's code (the test's, its fixtures') is done: until the next phase starts only pytest's
         reporting runs, so what the child says meanwhile (the report, phase ends, warnings) is held and
         sent in one write, one wake-up of the pytest process instead of one a message."""
-        self.channel.hold()
+        self.bound.hold()
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -87,7 +93,7 @@ class ChildRelay(CollectionObserver):
                 self.state.finish()
                 setattr(report, SUMMARY_ATTRIBUTE, self.state.summary().to_dict())
         data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
-        send(self.channel, messages.Report(data))
+        send(self.bound, messages.Report(data))
 
     def pytest_warning_recorded(self, warning_message: warnings.WarningMessage, when: str,
                                 nodeid: str, location: Any) -> None:
@@ -203,7 +209,7 @@ class TestRun:
         """``state``: the one a module zygote made when it collected the module (its collect phase and
         imports become this test's own, as they were made for it); None makes a new one."""
         self.relay = relay
-        self.channel = relay.channel
+        self.channel = relay.bound  # become_test_process bound it
         self.config = relay.config
         self.settings = settings
         self.target = target
@@ -384,7 +390,7 @@ class SpawnedSession:
 
         self.config = config
         self.channel = Channel(socket.socket(fileno=fd))
-        self.run: TestRun | None = None
+        self.run: TestRun  # from session start on, which every other hook of this plugin follows
         reset_signals()
 
     @pytest.hookimpl(tryfirst=True)

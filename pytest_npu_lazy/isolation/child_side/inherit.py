@@ -20,10 +20,18 @@ import os
 import signal
 import sys
 import warnings
+from typing import TYPE_CHECKING
+
 import pytest
 
 from ... import compat
 from ...forks.processes import die_with_parent, kill_group
+
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any, Callable, Union
+
+    _Handler = Union[Callable[[int, "FrameType | None"], Any], int, signal.Handlers]  # signal.getsignal's, less None
 
 #: Signals the zygote servers handle themselves; a child gets the pytest process's handlers back.
 _SERVER_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -32,7 +40,7 @@ _SERVER_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: outlives it.
 PARENT_DEATH_SIGNAL = getattr(signal, "SIGRTMAX", signal.SIGTERM)
 
-_pytest_handlers: dict[int, object] = {}
+_pytest_handlers: dict[int, _Handler] = {}
 
 
 def remember_pytest_process() -> None:

@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 import warnings
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import pytest
 from pytest import TestReport
@@ -288,6 +288,7 @@ class ChildRun:
     def _finish_with(self, text: str, error: bool) -> None:
         """Write the reports the child did not: the phase that broke, then a teardown."""
         reported = self.phases_reported
+        when: Literal["setup", "call", "teardown"]
         if "setup" not in reported:
             when = "setup"
         elif reported["setup"] == "passed" and "call" not in reported:
@@ -333,7 +334,7 @@ def trim_stacks(dump: str) -> str:
     return "\n".join(kept) + "\n"
 
 
-def synthesized(item: pytest.Item, when: str, text: str, error: bool,
+def synthesized(item: pytest.Item, when: Literal["setup", "call", "teardown"], text: str, error: bool,
                 sections: list[tuple[str, str]] | None = None) -> list[TestReport]:
     """A failed report for ``when`` plus the teardown report pytest would have written after it."""
     failed = TestReport(item.nodeid, item.location, {k: 1 for k in item.keywords}, "failed", text, when,

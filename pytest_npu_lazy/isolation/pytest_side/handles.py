@@ -273,6 +273,7 @@ class ZygoteHandle:
             self.request_fork()
             self._pump_until(lambda: self.spare.child is not None, "fork")
         child = self.spare.take()
+        assert child is not None, "there was one, or _pump_until waited for it"
         self.request_fork()  # the next test's child is forked while this one runs
         return child
 

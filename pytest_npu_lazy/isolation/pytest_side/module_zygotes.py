@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
+from typing import Protocol
 
 import pytest
 
@@ -84,6 +85,12 @@ def private_bytes(pid: int) -> int:
     return total
 
 
+class _Zygote(Protocol):
+    """What this registry does with a module zygote (handles.ZygoteHandle, which imports this module)."""
+
+    def close(self) -> None: ...
+
+
 class ModuleZygotes:
     """The live module zygotes of one pytest process (one per xdist worker), by key, least recently used first."""
 
@@ -91,7 +98,7 @@ class ModuleZygotes:
         self.limit = limit
         self._memory_limit = memory_limit
         self.counting = counting
-        self._live: OrderedDict[ModuleKey, object] = OrderedDict()
+        self._live: OrderedDict[ModuleKey, _Zygote] = OrderedDict()
         self._unusable: set[ModuleKey] = set()
         self._remaining: Counter[ModuleKey] = Counter()
         self._memory: dict[ModuleKey, int] = {}
@@ -172,7 +179,7 @@ class ModuleZygotes:
             self._live.move_to_end(key)
         return zygote
 
-    def add(self, key: ModuleKey, zygote) -> None:
+    def add(self, key: ModuleKey, zygote: _Zygote) -> None:
         self._live[key] = zygote
 
     def measured(self, key: ModuleKey, pid: int) -> None:

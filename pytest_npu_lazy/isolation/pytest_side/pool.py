@@ -87,7 +87,7 @@ class ZygotePool:
         key = repr(baseline)
         try:
             send(self._root, messages.StartZygote(key, baseline.to_dict()))
-            started, fds = self._from_root(lambda m: isinstance(m, messages.ZygoteStarted) and m.key == key,
+            started, fds = self._from_root(self._root, lambda m: isinstance(m, messages.ZygoteStarted) and m.key == key,
                                            FORK_TIMEOUT)
         except (ChannelClosed, OSError):
             self._restart_root()
@@ -98,15 +98,15 @@ class ZygotePool:
         return ZygoteHandle(ZygoteProcess(baseline, started.pid, channel,
                                           death_status=lambda: self._zygote_status(started.pid)))
 
-    def _from_root(self, wanted: Callable[[object], bool], timeout: float):
-        """The root channel's one reader: records every zygote exit, returns the first message ``wanted``
+    def _from_root(self, root: Channel, wanted: Callable[[object], bool], timeout: float):
+        """The root channel's one reader (``root``: ``self._root``, which the caller checked is there): records every zygote exit, returns the first message ``wanted``
         accepts with its descriptors, or ``(None, [])`` after ``timeout``. ChannelClosed when the root is gone."""
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None, []
-            message, fds = messages.FROM_ROOT.receive(self._root, remaining)
+            message, fds = messages.FROM_ROOT.receive(root, remaining)
             if message is None:
                 return None, []
             if isinstance(message, messages.ChildExited):
@@ -118,7 +118,7 @@ class ZygotePool:
         """How a zygote ended, as its parent (the root) saw it."""
         if pid not in self._zygote_exits and self._root is not None:
             try:
-                self._from_root(lambda m: isinstance(m, messages.ChildExited) and m.pid == pid, timeout)
+                self._from_root(self._root, lambda m: isinstance(m, messages.ChildExited) and m.pid == pid, timeout)
             except ChannelClosed:
                 return None
         return self._zygote_exits.get(pid)
@@ -208,7 +208,7 @@ class ZygotePool:
         """
         key = module_key(item, settings) if self.modules.enabled and settings.isolation == "fork" else None
         current = self.modules.peek(key) if key is not None else None
-        if current is None or not current.readiness.ready:
+        if key is None or current is None or not current.readiness.ready:  # no key: no current either
             return
         for run in self.modules.ahead_of(key):
             zygote = self.modules.peek(run.key)
