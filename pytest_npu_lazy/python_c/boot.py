@@ -26,7 +26,7 @@ sys.argv[:] = ["-c"]
 
 class _NpuLazyReads(os._Environ):
     # os.environ's class while the preload imports: notes each variable looked up
-    names = set()
+    names = set()  # type: set[str]
 
     def __getitem__(self, key):
         _NpuLazyReads.names.add(key)
@@ -61,15 +61,19 @@ import importlib.util  # noqa: E402
 _npu_lazy_spec = importlib.util.spec_from_file_location(
     "_npu_lazy_zygote", os.path.join(_npu_lazy_package, "__init__.py"),
     submodule_search_locations=[_npu_lazy_package])
+assert _npu_lazy_spec is not None and _npu_lazy_spec.loader is not None  # a file location always has both
 sys.modules["_npu_lazy_zygote"] = importlib.util.module_from_spec(_npu_lazy_spec)
 _npu_lazy_spec.loader.exec_module(sys.modules["_npu_lazy_zygote"])
-from _npu_lazy_zygote.python_c.zygote import finish as _npu_lazy_finish, serve as _npu_lazy_serve  # noqa: E402
+# the package, loaded just above under this private name: mypy knows it as pytest_npu_lazy
+from _npu_lazy_zygote.python_c.zygote import finish as _npu_lazy_finish, serve as _npu_lazy_serve  # type: ignore[import-not-found]  # noqa: E402
 
 try:
     exec(*_npu_lazy_serve(_npu_lazy_control, _npu_lazy_main, _npu_lazy_state, sorted(_NpuLazyReads.names),
                           _npu_lazy_error))
 except BaseException as _npu_lazy_raised:
-    _npu_lazy_outcome = _npu_lazy_raised  # finished outside the handler, as CPython prints it: no __context__
+    # a type comment, not an annotation: one would add __annotations__ to __main__
+    _npu_lazy_outcome = _npu_lazy_raised  # type: BaseException | None
+    # finished outside the handler, as CPython prints it: no __context__
 else:
     _npu_lazy_outcome = None
 _npu_lazy_finish(_npu_lazy_outcome)

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 from .env import inherited, relative_pythonpath
 from .pool import Zygote, active, error_for_dead
@@ -190,6 +190,8 @@ class _CallerCall:
             err_read, err_write = os.pipe()
             own += [out_read, err_read]
             theirs += [out_write, err_write]
+            stdin_read: int | None
+            stdin_write: int | None
             if self.input is not None:
                 stdin_read, stdin_write = os.pipe()
                 own.append(stdin_write)
@@ -237,8 +239,8 @@ class _CallerCall:
                 while self.exited is None or any(key.data != "call" for key in selector.get_map().values()):
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining < 0:
-                        self._kill(channel)
-                        raise subprocess.TimeoutExpired(self.args, self.timeout, output=self._so_far("stdout"),
+                        self._kill(channel)  # a deadline, so a timeout: cast tells mypy
+                        raise subprocess.TimeoutExpired(self.args, cast(float, self.timeout), output=self._so_far("stdout"),
                                                         stderr=self._so_far("stderr"))
                     for key, _ in selector.select(remaining):
                         self._ready(key, selector, channel, own)
@@ -255,6 +257,7 @@ class _CallerCall:
 
     def _ready(self, key, selector, channel: Channel, own: list[int]) -> None:
         if key.data == "stdin":
+            assert self.input is not None, "stdin is watched only with input to write"
             try:
                 written = os.write(key.fd, self.input[:512])
                 self.input = self.input[written:]
@@ -306,7 +309,9 @@ class _CallerCall:
         return b"".join(chunks) if chunks else None
 
     def _finished(self) -> _Outcome:
-        outcome = self.exited.outcome
+        exited = self.exited
+        assert exited is not None, "_communicate's loop ends once the call's Exited came"
+        outcome = exited.outcome
         if outcome is not None and outcome.start_errno is not None:
             raise OSError(outcome.start_errno, os.strerror(outcome.start_errno), self.cwd)
         if outcome is not None and outcome.shadowed:
@@ -316,7 +321,7 @@ class _CallerCall:
                                  + outcome.internal_error)
         stdout = _text(b"".join(self.output["stdout"]), self.encoding)
         stderr = _text(b"".join(self.output["stderr"]), self.encoding)
-        returncode = os.waitstatus_to_exitcode(self.exited.status)
+        returncode = os.waitstatus_to_exitcode(exited.status)
         return _Outcome(subprocess.CompletedProcess(self.args, returncode, stdout, stderr))
 
 

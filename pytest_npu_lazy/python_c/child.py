@@ -197,14 +197,14 @@ def _make_streams() -> None:
             stream = None  # the interpreter leaves a stream it cannot open as None
         else:
             buffering = 0 if unbuffered and mode == "w" else -1
-            buffer = io.open(fd, mode + "b", buffering=buffering, closefd=False)
+            buffer: Any = io.open(fd, mode + "b", buffering=buffering, closefd=False)  # a FileIO or a Buffered*
             raw = buffer.raw if buffering else buffer
             raw.name = f"<{name}>"
             line_buffering = not unbuffered and (raw.isatty() or fd == 2)
             stream = io.TextIOWrapper(buffer, encoding=getattr(old, "encoding", None),
                                       errors=getattr(old, "errors", None), newline="\n",
                                       line_buffering=line_buffering, write_through=unbuffered)
-            stream.mode = mode
+            stream.mode = mode  # type: ignore[misc]  # read-only in typeshed; TextIOWrapper keeps it in its __dict__
         setattr(sys, f"__{name}__", stream)
         setattr(sys, name, stream)
 
@@ -220,7 +220,7 @@ def _forget_modules(context: ChildContext) -> None:
         del sys.path_importer_cache[key]
     sys.path[:] = context.path
     for finder in sys.path_importer_cache.values():
-        if hasattr(finder, "invalidate_caches"):
+        if finder is not None and hasattr(finder, "invalidate_caches"):
             finder.invalidate_caches()  # the directories may have changed since the preload listed them
 
 

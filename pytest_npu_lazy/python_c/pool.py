@@ -71,6 +71,7 @@ class Zygote:
 
     def environ_for(self, env: dict[str, str]) -> dict[str, str]:
         """What os.environ must be in a child: ``env`` plus what `python -c` start-up adds (LC_CTYPE)."""
+        assert self.ready is not None, "calls get only a ready zygote (ZygotePool.zygote)"
         return as_started(env, startup_changes(self.env, self.ready.environ))
 
     def alive(self) -> bool:

@@ -93,7 +93,7 @@ class PythonCZygoteServer(ForkServer):
         if call.channel is None:
             return
         try:
-            messages.send(call.channel, messages.Exited(status, outcome and asdict(outcome)))
+            messages.send(call.channel, messages.Exited(status, None if outcome is None else asdict(outcome)))
         except OSError:
             pass
         call.channel.close()
@@ -116,7 +116,8 @@ def serve(control_fd: int, main: dict, state: dict, reads: list[str], error: str
 def finish(exc: BaseException | None) -> None:
     """boot.py's last call: how the code ended (None, or what it raised); never returns."""
     if not ChildContext.in_child:  # the zygote itself failed: its stderr reaches the caller's error message
-        traceback.print_exception(type(exc), exc, exc.__traceback__)
+        if exc is not None:  # always: serve() returns only in a child
+            traceback.print_exception(type(exc), exc, exc.__traceback__)
         sys.stderr.flush()
         os._exit(1)
     end(exc)
