@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.machinery
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,9 +61,9 @@ class Config:
 
 
 def _toml(path: Path) -> dict:
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python < 3.11
+    else:  # Python < 3.11
         try:
             import tomli as tomllib
         except ModuleNotFoundError:
@@ -140,6 +141,7 @@ def locate_source(module: str) -> Path:
             raise ConfigError(f"module {module!r} is not installed here (no {'.'.join(parts[: index + 1])}); "
                               "install the package or fix the [targets] name")
         path = spec.submodule_search_locations
+    assert spec is not None, "a module name has a part, and the loop raises for a part not found"
     if not spec.origin or not spec.origin.endswith(".py"):
         raise ConfigError(f"module {module!r} has no Python source ({spec.origin}); only .py modules can be mutated")
     return Path(spec.origin)

@@ -76,7 +76,7 @@ def _note(kind: str, text: str) -> None:
 def install(plan: Plan) -> None:
     global _plan
     _plan = plan
-    SourceFileLoader.get_code = _get_code
+    SourceFileLoader.get_code = _get_code  # type: ignore[method-assign]  # the hook: patched for the run's processes
 
 
 def install_from_env() -> None:

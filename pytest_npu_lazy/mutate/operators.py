@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import asdict, dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Literal, Union
 
 from .statements import (TEXT_CALLS, binds, call_name, does_work, is_text_for_people, own_statements, reads,
                          records_state)
@@ -97,7 +97,7 @@ class _Site:
     function: str
     target: str
     description: str
-    edit: Callable[[ast.AST], ast.AST | None] | str | tuple  # the node -> its replacement (None: leave as is); "swap-with-next"; ("move", from, to)
+    edit: Callable[[ast.AST], ast.AST | None] | Literal["swap-with-next"] | tuple  # the node -> its replacement (None: leave as is); "swap-with-next"; ("move", from, to)
 
 
 def _src(node: ast.AST) -> str:
@@ -105,8 +105,12 @@ def _src(node: ast.AST) -> str:
     return text if len(text) <= 70 else text[:67] + "..."
 
 
+#: a function or a class: what a target names
+_Definition = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]
+
+
 def _definitions(body: list, descend: Callable[[str], bool] = lambda qualname: True, path: tuple = (),
-                 prefix: str = "") -> Iterator[tuple[str, ast.AST, tuple]]:
+                 prefix: str = "") -> Iterator[tuple[str, _Definition, tuple]]:
     """The functions and classes of a module's ``body`` and, in each class ``descend`` accepts, of the class's
     body, as ``(qualified name, node, path from the module)``: ``f``, ``Class``, ``Class.method``, in source
     order, a class before its members. Functions' own nested definitions are not among them: a target is named
@@ -124,7 +128,7 @@ def _definitions(body: list, descend: Callable[[str], bool] = lambda qualname: T
                 yield from _definitions(stmt.body, descend, here, name + ".")
 
 
-def _targets(body: list, targets: set[str]) -> Iterator[tuple[str, ast.AST, tuple]]:
+def _targets(body: list, targets: set[str]) -> Iterator[tuple[str, _Definition, tuple]]:
     """The definitions :func:`_definitions` finds that ``targets`` names; a named class is one target, whole
     (its members are not looked at for names of their own)."""
     for name, stmt, path in _definitions(body, lambda qualname: qualname not in targets):
@@ -154,7 +158,7 @@ class _Walker:
         for name, stmt, path in _targets(tree.body, self.targets):
             self._definition(stmt, path, name, name)
 
-    def _definition(self, node: ast.AST, path: tuple, qualname: str, target: str) -> None:
+    def _definition(self, node: _Definition, path: tuple, qualname: str, target: str) -> None:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             self._declared[qualname] = {name for stmt in own_statements(node) if isinstance(stmt, (ast.Global,
                                         ast.Nonlocal)) for name in stmt.names}
@@ -518,14 +522,14 @@ def instrument(source: str, module: str, targets: set[str]) -> ast.Module:
         visit(stmt, name)
     position = 0
     while position < len(tree.body) and (_is_docstring(tree.body[position], tree.body, position) or (
-            isinstance(tree.body[position], ast.ImportFrom) and tree.body[position].module == "__future__")):
+            isinstance(statement := tree.body[position], ast.ImportFrom) and statement.module == "__future__")):
         position += 1
     tree.body[position:position] = [
         ast.ImportFrom("pytest_npu_lazy.mutate.trace", [ast.alias("hit", HIT_FUNCTION)], 0), hit(f"{module}:{MODULE_LEVEL}")]
     return ast.fix_missing_locations(tree)
 
 
-def _nested_definitions(node: ast.AST) -> Iterator[ast.AST]:
+def _nested_definitions(node: ast.AST) -> Iterator[_Definition]:
     """Functions and classes defined in a node's body, however deep in its blocks, but not inside them."""
     stack = list(ast.iter_child_nodes(node))
     while stack:

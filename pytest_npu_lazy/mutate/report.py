@@ -40,7 +40,7 @@ out of all the others.
 """
 
 
-GRAPH_CACHES_SAID = {
+GRAPH_CACHES_SAID: dict[str | None, str] = {  # by the provenance's inductor_graph_caches, which may be missing
     "off": (" Every run had\nInductor's graph caches off (docs/inductor-cache.md): their key omits torch_npu's "
             "sources, so a mutant of its\nlowerings or codegen was compiled, never served a graph compiled before it."),
     "cold": (" Every run missed\nInductor's graph caches (a cache-key tag of its own; docs/inductor-cache.md): "

@@ -91,7 +91,8 @@ def parse_diff(text: str) -> list[FileChange]:
 
     lines = text.splitlines()
     for index, line in enumerate(lines):
-        if old_left > 0 or new_left > 0:  # inside a hunk: its counts say where it ends, whatever a line looks like
+        # inside a hunk: its counts say where it ends, whatever a line looks like (a hunk needs a file: current)
+        if current is not None and (old_left > 0 or new_left > 0):
             if line.startswith("\\"):  # "\ No newline at end of file"
                 continue
             kind = line[:1] or " "

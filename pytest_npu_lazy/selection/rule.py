@@ -147,13 +147,14 @@ def _watched_file(smap: SelectionMap, change: FileChange, path: str, selection: 
     elif facts.functions is None:
         why_whole = "the map keeps no functions of it (no test ran it, or it did not parse)"
     if why_whole is not None:
-        hits = _tests_that_loaded(smap, lambda p: p == path)
-        for nodeid, phase in hits.items():
-            selection.add(nodeid, f"loaded {path} ({phase}); {why_whole}")
-        for nodeid, earlier in smap.later_in_process(hits).items():
+        loaders = _tests_that_loaded(smap, lambda p: p == path)
+        for nodeid, loaded_in in loaders.items():
+            selection.add(nodeid, f"loaded {path} ({loaded_in}); {why_whole}")
+        for nodeid, earlier in smap.later_in_process(loaders).items():
             selection.add(nodeid, f"ran in-process after {earlier}, which loaded {path}")
-        selection.notes.append(f"{path}: {why_whole}: every test that loaded it ({len(hits)})")
+        selection.notes.append(f"{path}: {why_whole}: every test that loaded it ({len(loaders)})")
         return
+    assert change.lines is not None and facts.functions is not None, "else why_whole says why the whole file"
     scopes: dict[str, tuple[int, int] | None] = {}
     for line in sorted(change.lines):
         function = scope_of(facts.functions, line)
@@ -162,7 +163,7 @@ def _watched_file(smap: SelectionMap, change: FileChange, path: str, selection: 
         else:
             scopes[function[0]] = (function[1], function[2])
     for name, span in scopes.items():
-        hits = []
+        hits: list[str] = []
         for nodeid in smap.tests:
             if span is None:
                 phase = smap.loaded(nodeid, path)

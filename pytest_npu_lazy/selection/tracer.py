@@ -52,7 +52,7 @@ def _measurement(directories) -> Any:
     measure = coverage.Coverage(data_file=None, config_file=False, auto_data=False,
                                 include=[f"{directory}{os.sep}*" for directory in directories])
     measure.set_option("run:disable_warnings", _QUIET_COVERAGE)
-    measure.npu_lazy_in_memory = True  # isolation's child leaves it unsaved (child_side/inherit.save_coverage)
+    measure.npu_lazy_in_memory = True  # type: ignore[attr-defined]  # our mark on it: isolation's child leaves it unsaved (child_side/inherit.save_coverage)
     return measure
 
 
@@ -194,7 +194,7 @@ class EvidenceTracer:
 
     def switch(self, phase: str) -> None:
         """A phase of the running test begins (pytest's setup, call, teardown, or a probe phase)."""
-        if self.test is None:
+        if self.test is None or self.phase is None:  # set together (begin_test, end_test)
             return
         phase = "call" if phase == "test" else phase  # the probe's name for pytest's call phase
         if phase == self.phase:
@@ -285,7 +285,7 @@ def _watch_spawns(tracer: EvidenceTracer) -> None:
 
     _posixsubprocess.fork_exec = fork_exec
     if getattr(subprocess, "_fork_exec", None) is original_fork_exec:
-        subprocess._fork_exec = fork_exec
+        subprocess._fork_exec = fork_exec  # type: ignore[attr-defined]  # private, not in typeshed
     for name in ("posix_spawn", "posix_spawnp"):
         original = getattr(os, name, None)
         if original is None:
