@@ -8,7 +8,7 @@ import pytest
 from pytest_npu_lazy.mutate import operators
 from pytest_npu_lazy.shard import Shard, ShardError, check_complete, parse, shard_of, without_shard
 
-from test_mutate import LIBRARY
+from mutate_library import LIBRARY
 
 IDS = [m.id for m in operators.generate(LIBRARY, "lazylib", {"run_once", "setup", "load_heavy", "untested"})]
 NODEIDS = [f"test/dynamo/test_{name}.py::test_{case}[{p}]" for name in ("import", "wrapper", "npugraphs")
