@@ -60,7 +60,6 @@ import sys
 import types
 
 from . import batching
-
 from .gap import NEEDS_A_DEVICE, InterpreterGap, MissingAttribute
 from .ledger import LEDGER, LOST, TRITON_INTERPRETER
 
@@ -310,15 +309,15 @@ def install_interpreter_shims(_loaded: str = "triton.runtime.interpreter") -> No
 
         # a device computes IEEE infinities and NaNs (log(0), 1/0) without a word; NumPy, evaluating the kernel
         # here, would warn at each: those warnings are the interpreter's, not the kernel's, and no test's to see
-        grid = self.grid
+        launched = self.grid
         if k > 1:  # the same rows, k programs' worth at a time (batching's docstring says when and why exact)
-            self.grid = (grid[0] // k, 1, 1)
+            self.grid = (launched[0] // k, 1, 1)
             kwargs = {**kwargs, batching.ROWS: kwargs[batching.ROWS] * k}
         try:
             with numpy.errstate(all="ignore"), patched_once():
                 return original_call(self, *args_dev, **kwargs)
         finally:
-            self.grid = grid
+            self.grid = launched
 
     executor._init_args_hst = init_args_hst
     executor._restore_args_dev = restore_args_dev
