@@ -1,4 +1,4 @@
-"""The physical floor under a zygote's per-test cost: fork a process holding pytest, torch and torch_npu.
+"""The physical floor under a zygote's per-test cost: fork a process holding pytest and a preload (torch, torch_npu).
 
 Measured in a fresh interpreter that imports what a zygote holds (the
 import recorder, pytest, torch and torch_npu) and freezes its heap as a
@@ -18,7 +18,10 @@ import gc, os, statistics, sys, time
 from pytest_npu_lazy.probe.recorder import RECORDER
 RECORDER.install(phase="pytest")
 import pytest  # what a zygote holds besides the preload
-import torch, torch_npu
+import pytest_npu_lazy.plugin  # the plugin, as every zygote holds it
+for name in sys.argv[2].split(","):
+    if name:
+        __import__(name)
 RECORDER.sweep()
 gc.collect()
 gc.freeze()
@@ -47,16 +50,17 @@ print("FORK", statistics.median(exit_round), statistics.median(alive))
 """
 
 
-def bench(args, env: dict[str, str]) -> dict:
+def bench(args, env: dict[str, str], preload: tuple[str, ...] = ("torch", "torch_npu")) -> dict:
+    """The floor in a process that imported ``preload`` (a zygote's baseline) besides pytest and the plugin."""
     env = dict(env, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     reps = 5 if args.quick else 50
-    result = subprocess.run([sys.executable, "-c", SCRIPT, str(reps)], env=env,
+    result = subprocess.run([sys.executable, "-c", SCRIPT, str(reps), ",".join(preload)], env=env,
                             capture_output=True, text=True, cwd=REPO)
     line = next((l for l in result.stdout.splitlines() if l.startswith("FORK")), None)
     if result.returncode != 0 or line is None:
         return {"error": f"fork floor script failed: {result.stderr[-1500:]}"}
     _, round_trip, alive = line.split()
-    floor = {"reps": reps, "fork_exit_reap_ms": round(float(round_trip) * 1000, 2),
+    floor = {"reps": reps, "preload": list(preload), "fork_exit_reap_ms": round(float(round_trip) * 1000, 2),
              "fork_to_running_child_ms": round(float(alive) * 1000, 2)}
     log(f"fork floor: fork+exit+reap {floor['fork_exit_reap_ms']} ms, fork to a running child "
         f"{floor['fork_to_running_child_ms']} ms")
@@ -66,6 +70,7 @@ def bench(args, env: dict[str, str]) -> dict:
 def markdown(floor: dict) -> list[str]:
     if "fork_exit_reap_ms" not in floor:
         return []
-    return [f"Physical floor, in a process holding pytest, torch and torch_npu (median of {floor['reps']}): "
+    holding = ", ".join(["pytest", *floor.get("preload", ["torch", "torch_npu"])])
+    return [f"Physical floor, in a process holding {holding} (median of {floor['reps']}): "
             f"fork + `os._exit` + `waitpid` {floor['fork_exit_reap_ms']:.1f} ms; fork until the child "
             f"runs (writes to a pipe) {floor['fork_to_running_child_ms']:.1f} ms.", ""]

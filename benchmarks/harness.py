@@ -20,7 +20,9 @@ one markdown report. Each part is a module of its own with ``bench()``
    and with its helper calling run_python, when its path is given;
 6. :mod:`benchmarks.module_zygotes` (``--only modules``): isolation at fork cost;
 7. :mod:`benchmarks.interpreter` (``--only interpreter``): Triton's interpreter under compute mode against the
-   interpreter as shipped and NumPy's vectorised pass.
+   interpreter as shipped and NumPy's vectorised pass;
+8. :mod:`benchmarks.xdist_isolation` (``--only xdist_isolation``): every test isolated under pytest-xdist,
+   serially and at 8 and 16 workers, against in-process and pytest-forked, with the fork floor.
 
 Each part names its entry in the results (``RESULT``), its ``TARGETS`` and
 the ``figures()`` judged against them. The harness imports the parts when
@@ -129,7 +131,13 @@ def parse_args(argv: list[str] | None, variants: dict, compile_trigger_env: str)
     parser.add_argument("--only", default="trivial,suite,recorder,compile_trigger",
                         help="comma-separated parts: trivial, suite (with xdist), recorder, compile_trigger, "
                              "modules (isolation at fork cost: module zygotes against pytest-forked; not by default), "
-                             "selection_map (taking a selection map: cost per test; not by default)")
+                             "selection_map (taking a selection map: cost per test; not by default), "
+                             "interpreter, xdist_isolation (not by default)")
+    parser.add_argument("--xdist-tests", type=int, help="trivial tests of the xdist_isolation part (default 1000; "
+                        "the torch suite has half)")
+    parser.add_argument("--xdist-modules", type=int, help="modules of those tests (default 100; the torch suite half)")
+    parser.add_argument("--xdist-workers", help="comma-separated worker counts besides serial (default: 8 and 16 "
+                        "where the machine has the cores, else its core count)")
     parser.add_argument("--compile-trigger", default=os.environ.get(compile_trigger_env),
                         help="torch_npu's test/dynamo/test_compile_trigger.py (from Ascend/pytorch), to time as it "
                              f"is and with its helper calling run_python (default: ${compile_trigger_env}; "
@@ -149,6 +157,8 @@ def parse_args(argv: list[str] | None, variants: dict, compile_trigger_env: str)
     args.per_module = args.per_module or (2 if quick else 10)
     args.recorder_runs = args.recorder_runs or (2 if quick else 15)
     args.repeats = args.repeats or (1 if quick else 3)
+    args.xdist_tests = args.xdist_tests or (4 if quick else 1000)
+    args.xdist_modules = args.xdist_modules or (2 if quick else 100)
     args.parts = [p.strip() for p in args.only.split(",") if p.strip()]
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = set(args.variants) - set(variants)
@@ -167,7 +177,8 @@ def parse_args(argv: list[str] | None, variants: dict, compile_trigger_env: str)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from benchmarks import compile_trigger, interpreter, module_zygotes, recorder, selection_map, suite, trivial, xdist
+    from benchmarks import (compile_trigger, interpreter, module_zygotes, recorder, selection_map, suite, trivial, xdist,
+                            xdist_isolation)
 
     args = parse_args(argv, trivial.VARIANTS, compile_trigger.ENV)
     env = base_env()
@@ -192,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
             results["modules"] = module_zygotes.bench(args, env, work, run_pytest, per_test, forked_python, log)
         if "interpreter" in args.parts:
             results["interpreter"] = interpreter.bench(args, env)
+        if "xdist_isolation" in args.parts:
+            results["xdist_isolation"] = xdist_isolation.bench(args, env, work)
         if "selection_map" in args.parts:
             results["selection_map"] = selection_map.bench(args, env, work, run_pytest, per_test, log)
         if "compile_trigger" in args.parts and args.compile_trigger:
@@ -205,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     results["load"]["end"] = loadavg()
     results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     sections = (trivial, suite, recorder, xdist, compile_trigger, module_zygotes, selection_map,
-                interpreter)  # the report's order
+                interpreter, xdist_isolation)  # the report's order
     results["targets"] = judge(results, sections)
     table = markdown(results, sections)
     results["markdown"] = table

@@ -155,3 +155,22 @@ def test_interpreter_part_times_each_kernel_beside_numpy(tmp_path):
     assert data["targets"]["numerics_over_shipped_max"]["value"] > 0
     assert data["targets"]["compute_over_numpy_max"]["value"] > 0
     assert "### Triton's interpreter under compute mode" in data["markdown"]
+
+
+def test_xdist_isolation_part_runs_each_suite_each_way(tmp_path):
+    """``--only xdist_isolation``: both suites, serially and with workers, in-process and ours (pytest-forked where
+    a pytest before 9.2 has it), every run clean, each target judged from a row that ran."""
+    json_path = tmp_path / "xdist_isolation.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT_TEST"))}
+    result = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only", "xdist_isolation",
+                             "--xdist-workers", "2", "--json", str(json_path)],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    data = json.loads(json_path.read_text())["xdist_isolation"]
+    assert data["workers"] == [0, 2]
+    for name, suite in data["suites"].items():
+        assert "errors" not in suite["rows"], (name, suite["rows"]["errors"])
+        for workers in ("0", "2"):
+            assert suite["rows"][workers]["inprocess"] > 0 and suite["rows"][workers]["ours"] > 0, (name, suite)
+        assert suite["fork_floor"]["fork_exit_reap_ms"] > 0, suite["fork_floor"]
+    assert "### 8. Every test isolated under pytest-xdist" in json.loads(json_path.read_text())["markdown"]

@@ -328,3 +328,50 @@ def test_zygotes_start_ahead_for_the_modules_that_run_next_in_order():
     assert zygotes.ahead_of("a") == [], "the second run of a is the last"
     assert zygotes.ahead_of("b") == [], "b ran before: the cursor does not go back"
     assert ModuleZygotes(4, 2 ** 31, counting=False).ahead_of("a") == []  # under xdist: order unknown
+
+
+COLLECT_LOG = """
+import os
+from pathlib import Path
+
+def pytest_collect_file(file_path, parent):
+    with open(Path(__file__).parent / "collect-log", "a") as log:
+        log.write(f"{os.getpid()} {file_path.name}\\n")
+"""
+
+SUITE_MODULE = """
+import pytest
+
+pytestmark = pytest.mark.npu_lazy(preload=[])
+
+def test_one():
+    pass
+
+def test_two():
+    pass
+"""
+
+
+@pytest.mark.parametrize("per_test", [False, True], ids=["module-zygotes", "per-test"])
+def test_an_isolated_collection_makes_no_node_for_the_files_beside_its_own(pytester, run_pytest, per_test):
+    """A module zygote (or a child collecting its own test) collects its one file: pytest's directory collector
+    would make a node for every file beside it first (a hundred nodes for one module of a folder of a hundred),
+    and those must be skipped, while the pytest process still collects them all."""
+    suite = pytester.mkdir("suite")
+    (suite / "conftest.py").write_text(COLLECT_LOG)
+    names = [f"test_m{index}.py" for index in range(5)]
+    for name in names:
+        (suite / name).write_text(SUITE_MODULE)
+    run = run_pytest("suite", *([PER_TEST] if per_test else []))
+    assert set(run.outcomes.values()) == {"passed"} and len(run.outcomes) == 10, run.text()
+    seen: dict[str, list[str]] = {}
+    for line in (suite / "collect-log").read_text().splitlines():
+        pid, name = line.split()
+        if name in names:  # not the conftest or the log itself
+            seen.setdefault(pid, []).append(name)
+    everything = [pid for pid, files in seen.items() if sorted(files) == names]
+    assert len(everything) == 1, f"only the pytest process collects every file: {seen}"
+    isolated = {pid: files for pid, files in seen.items() if pid not in everything}
+    assert isolated, "no isolated collection was logged"
+    assert all(len(files) == 1 for files in isolated.values()), (
+        f"an isolated collection made nodes for files beside its own: {isolated}")

@@ -28,6 +28,7 @@ from ...settings import Baseline, TestSettings
 from .. import messages
 from ..child_side.child import serve_child
 from ..child_side.collected import serve_collected_child
+from ..child_side.find import collect_towards
 from ..preload import import_preload
 from ..target import Target
 from .module_collection import ModuleCollection
@@ -122,6 +123,7 @@ def serve_root(channel: Channel, session) -> None:
 
 def serve_zygote(channel: Channel, session, baseline: Baseline) -> None:
     server = IsolationZygoteServer(channel, session, ("zygote", f"preload {list(baseline.preload)}"))
+    collect_towards(session.config)  # registered once here, before the forks that collect
     os.environ.update(baseline.environment())
     error, output = import_preload(baseline.preload, session.config, capture=True)
     server.ready(error, output)
