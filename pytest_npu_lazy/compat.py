@@ -227,3 +227,22 @@ def read_stdin_under_capture(config: pytest.Config) -> str:
         return sys.stdin.read()
     finally:
         capman.resume_global_capture()
+
+
+def xdist_queued_items(config: pytest.Config) -> list[pytest.Item] | None:
+    """The items an xdist worker was sent and has not started yet, in the order it will run them; None outside a
+    worker, or where pytest-xdist keeps them otherwise.
+
+    A worker runs the item it holds with the next one it was sent as ``nextitem``; the rest wait in its
+    ``WorkerInteractor.torun``, a ``TestQueue`` of indices into ``session.items`` that ``lock()`` yields under
+    its lock (ending with a shutdown marker, which is not an index). Checked: pytest-xdist 3.5.0-3.8.0.
+    """
+    interactor = next((plugin for plugin in config.pluginmanager.get_plugins()
+                       if type(plugin).__name__ == "WorkerInteractor"), None)
+    queue, session = getattr(interactor, "torun", None), getattr(interactor, "session", None)
+    if queue is None or session is None or not hasattr(queue, "lock"):
+        return None
+    items = session.items
+    with queue.lock() as queued:
+        indices = [index for index in queued if isinstance(index, int)]
+    return [items[index] for index in indices if 0 <= index < len(items)]

@@ -50,7 +50,8 @@ def pytest_configure(config: pytest.Config) -> None:
     pool = config.stash[_POOL] = ZygotePool(session=None, module_zygotes=ModuleZygotes(
         resolver.module_zygotes, resolver.module_zygote_memory, counting=not this.worker))
     launchers: dict[str, Launcher] = {"fork": pool, "spawn": SpawnLauncher(config)}
-    config.pluginmanager.register(IsolationController(config, resolver, launchers), "npu_lazy_controller")
+    config.pluginmanager.register(IsolationController(config, resolver, launchers, worker=this.worker),
+                                  "npu_lazy_controller")
     config.add_cleanup(pool.shutdown)
 
 

@@ -173,11 +173,15 @@ def test_a_module_zygote_is_reaped_after_its_last_test(pytester, run_pytest):
     assert set(run.outcomes.values()) == {"passed"}, run.text()
 
 
-def test_the_next_modules_zygote_collects_while_this_module_runs(pytester, run_pytest):
+@pytest.mark.parametrize("workers", [[], ["-n", "1", "--dist", "loadfile"]], ids=["in-order", "xdist-worker"])
+def test_the_next_modules_zygote_collects_while_this_module_runs(pytester, run_pytest, workers):
     """The first test of a module must not wait for its module's import: that zygote starts one module ahead.
 
     test_first's first test looks for a second module zygote beside its own (a child of the same baseline
-    zygote) while it runs; test_second's test must be forked from that one.
+    zygote) while it runs; test_second's test must be forked from that one. An xdist worker learns its tests
+    from its controller, a batch at a time: it starts ahead from the tests it was sent (``--dist loadfile``
+    sends one worker both files at the start; ``load`` would send test_second.py's test only once one of
+    test_first.py's ended).
     """
     pytester.makepyfile(test_first="""
         import os, time, pytest
@@ -220,7 +224,7 @@ def test_the_next_modules_zygote_collects_while_this_module_runs(pytester, run_p
             ahead = (tmp_path_factory.getbasetemp() / "ahead").read_text().split()
             assert str(os.getppid()) in ahead, (os.getppid(), ahead)
     """)
-    run = run_pytest(f"--basetemp={pytester.path / 'basetemp'}", basetemp=False)
+    run = run_pytest(f"--basetemp={pytester.path / 'basetemp'}", *workers, basetemp=False)
     assert run.outcomes == {"test_first.py::test_one": "passed", "test_first.py::test_two": "passed",
                             "test_second.py::test_forked_from_the_zygote_started_ahead": "passed"}, run.text()
 
@@ -327,7 +331,13 @@ def test_zygotes_start_ahead_for_the_modules_that_run_next_in_order():
     assert [run.key for run in zygotes.ahead_of("c")] == ["d", "a"]
     assert zygotes.ahead_of("a") == [], "the second run of a is the last"
     assert zygotes.ahead_of("b") == [], "b ran before: the cursor does not go back"
-    assert ModuleZygotes(4, 2 ** 31, counting=False).ahead_of("a") == []  # under xdist: order unknown
+    xdist = ModuleZygotes(4, 2 ** 31, counting=False)
+    assert xdist.ahead_of("a") == []  # under xdist, before its worker hears of any test
+    xdist.replan([("a", "item 0", "s"), ("a", "item 1", "s"), (None, "item 2", "s"), ("b", "item 3", "s"),
+                  ("c", "item 4", "s")])
+    assert [(run.key, run.item, run.tests) for run in xdist.ahead_of("a")] == [("b", "item 3", 1), ("c", "item 4", 1)]
+    zygotes.replan([("b", "item 9", "s")])
+    assert zygotes.ahead_of("c") == [], "a process that knows its order keeps it"
 
 
 COLLECT_LOG = """

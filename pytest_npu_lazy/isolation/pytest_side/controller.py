@@ -33,6 +33,8 @@ from .skip_marks import skipped_by_mark
 EXIT_STATUS_TIMEOUT = 10.0
 #: How long a hanging child gets to write its stack dump before it is killed.
 DUMP_GRACE = 1.0
+#: How many of an xdist worker's queued tests the launcher hears of ahead (the module zygotes start within 20)
+PLAN_AHEAD = 40
 
 
 class Child(Protocol):
@@ -62,6 +64,10 @@ class Launcher(Protocol):
     def prepare(self, item: pytest.Item, settings: TestSettings) -> None:
         """A hint that ``item`` runs next: a launcher may start preparing a child for it now."""
 
+    def plan(self, upcoming: list[tuple[pytest.Item, TestSettings]]) -> None:
+        """The isolated tests this process will run from now on, as far as it knows them, the running one first:
+        under pytest-xdist, whose workers learn their tests a batch at a time, the launcher hears them here."""
+
     def release(self, item: pytest.Item, settings: TestSettings) -> None:
         """``item``'s child is done with, whatever its end: what was kept for it may go."""
 
@@ -69,10 +75,13 @@ class Launcher(Protocol):
 class IsolationController:
     """Registered as a plugin in pytest_configure, so its hook runs before pytest-forked's."""
 
-    def __init__(self, config: pytest.Config, resolver: Resolver, launchers: dict[str, Launcher]) -> None:
+    def __init__(self, config: pytest.Config, resolver: Resolver, launchers: dict[str, Launcher],
+                 worker: bool = False) -> None:
+        """``worker``: this process is a pytest-xdist worker (:meth:`_plan_ahead`)."""
         self.config = config
         self.resolver = resolver
         self.launchers = launchers
+        self.worker = worker
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
@@ -88,23 +97,42 @@ class IsolationController:
         self._log_start(item)
         try:
             ChildRun(self.config, item, settings, self.launchers[settings.isolation]).run(
-                lambda: self._prepare_next(nextitem))
+                lambda: self._prepare_next(item, settings, nextitem))
         finally:
             self.launchers[settings.isolation].release(item, settings)
             compat.teardown_exact(item, nextitem)
             self._log_finish(item)
         return True
 
-    def _prepare_next(self, nextitem: pytest.Item | None) -> None:
-        """Start collecting the next test in a spare child while this one runs."""
+    def _prepare_next(self, item: pytest.Item, settings: TestSettings, nextitem: pytest.Item | None) -> None:
+        """Start collecting the next test in a spare child while this one runs; under pytest-xdist, first tell
+        the launcher what else this worker was sent (:meth:`_plan_ahead`)."""
+        self._plan_ahead(item, settings, nextitem)
         if nextitem is None:
             return
         try:
-            settings = self.resolver.for_item(nextitem)
+            next_settings = self.resolver.for_item(nextitem)
         except MarkerError:
             return
-        if settings.isolated:
-            self.launchers[settings.isolation].prepare(nextitem, settings)
+        if next_settings.isolated:
+            self.launchers[next_settings.isolation].prepare(nextitem, next_settings)
+
+    def _plan_ahead(self, item: pytest.Item, settings: TestSettings, nextitem: pytest.Item | None) -> None:
+        """An xdist worker knows its tests only as its controller sends them: the ones queued now (running one,
+        next one, then its queue, up to :data:`PLAN_AHEAD` of them) go to the launcher, which starts the next
+        modules' zygotes while this module's tests run, as it does where a process knows all its tests."""
+        queued = compat.xdist_queued_items(self.config) if self.worker else None
+        if queued is None:
+            return
+        upcoming = [(item, settings)]
+        for other in ([nextitem] if nextitem is not None else []) + queued[:PLAN_AHEAD]:
+            try:
+                other_settings = self.resolver.for_item(other)
+            except MarkerError:
+                continue
+            if other_settings.isolated and other_settings.isolation == settings.isolation:
+                upcoming.append((other, other_settings))
+        self.launchers[settings.isolation].plan(upcoming)
 
     def _isolated(self, item: pytest.Item) -> bool:
         try:

@@ -144,9 +144,25 @@ class ModuleZygotes:
             else:
                 self.runs.append(ModuleRun(key, item, settings))
 
+    def replan(self, upcoming: list[tuple[ModuleKey | None, pytest.Item, TestSettings]]) -> None:
+        """Where tests arrive a batch at a time (a pytest-xdist worker, not counting): the runs as now known, the
+        running test's first; what :meth:`ahead_of` reads. Counting never closes a zygote here: a later batch
+        may bring more of a module's tests, so they go by the count and memory limits, as before."""
+        if self.counting:
+            return
+        runs: list[ModuleRun] = []
+        for key, item, settings in upcoming:
+            if key is None:
+                continue
+            if runs and runs[-1].key == key:
+                runs[-1].tests += 1
+            else:
+                runs.append(ModuleRun(key, item, settings))
+        self.runs, self._run_at = runs, 0
+
     def ahead_of(self, key: ModuleKey) -> list[ModuleRun]:
         """The runs after this run of ``key``'s, nearest first, up to the first one more than
-        :data:`AHEAD_TESTS` tests away; none where the order is not known (under pytest-xdist)."""
+        :data:`AHEAD_TESTS` tests away; under pytest-xdist, of the tests its worker was sent (:meth:`replan`)."""
         for at in range(self._run_at, len(self.runs)):
             if self.runs[at].key == key:
                 self._run_at = at

@@ -169,6 +169,13 @@ class ZygotePool:
         finally:
             self._start_ahead(item, settings)
 
+    def plan(self, upcoming) -> None:
+        """Under pytest-xdist: the tests this worker will run, as far as it knows them now (the Launcher contract),
+        so :meth:`_start_ahead` starts the next modules' zygotes as it does where the order is known up front."""
+        if self.modules.enabled and not self.modules.counting:
+            self.modules.replan([(module_key(item, settings) if settings.isolation == "fork" else None, item, settings)
+                                 for item, settings in upcoming])
+
     def _ready_base(self, baseline: Baseline) -> ZygoteHandle | None:
         """The baseline's zygote if it has finished its preload without error: only then is it asked for
         anything ahead of a test (a preload still running is waited for by the test that needs it)."""

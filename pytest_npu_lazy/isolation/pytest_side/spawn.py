@@ -60,6 +60,9 @@ class SpawnLauncher:
     def prepare(self, item: pytest.Item, settings: TestSettings) -> None:
         """Nothing to do ahead of time: a spawned child starts from scratch by design."""
 
+    def plan(self, upcoming: list[tuple[pytest.Item, TestSettings]]) -> None:
+        """Nothing starts ahead for spawned children."""
+
     def release(self, item: pytest.Item, settings: TestSettings) -> None:
         """Nothing is kept for a spawned child."""
 
