@@ -97,9 +97,9 @@ class MutationPass:
                     raise ConfigError(f"{self.config.path}: [targets.\"{module}\"] names {', '.join(sorted(unknown))}, "
                                   f"which {module} does not define; fix or remove the names")
             mutants += operators.compilable(self.sources[module], module, set(functions), self._wanted)
-        unknown = [name for name in self.options.functions if not any(_within(m, name) for m in mutants)]
-        if unknown:
-            raise ConfigError(f"--function {', '.join(unknown)}: no mutant of such a function among the targets "
+        unknown_functions = [name for name in self.options.functions if not any(_within(m, name) for m in mutants)]
+        if unknown_functions:
+            raise ConfigError(f"--function {', '.join(unknown_functions)}: no mutant of such a function among the targets "
                               f"of {self.config.path.name}; --list shows each mutant's function")
         missing = [w for w in self._patterns() if not any(m.id == w or m.id.startswith(w) for m in mutants)]
         if missing:

@@ -173,7 +173,7 @@ class ImportRecorder:
         self._lock = threading.Lock()
         self._known_count = 0
         self._last_known: str | None = None
-        self._load_hooks: dict[str, list[Callable[[str], None]]] = {}
+        self._load_hooks: dict[str, list[Callable[[str], object]]] = {}
         #: told each new phase's name (the selection map cuts its line evidence there)
         self.phase_listeners: list[Callable[[str], None]] = []
         self._original: Callable | None = None
@@ -248,7 +248,7 @@ class ImportRecorder:
         return parent or None
 
     # -- load hooks ---------------------------------------------------------
-    def on_load(self, module: str, callback: Callable[[str], None]) -> None:
+    def on_load(self, module: str, callback: Callable[[str], object]) -> None:
         """Call ``callback(module)`` right after ``module`` finishes loading."""
         self._load_hooks.setdefault(module, []).append(callback)
 

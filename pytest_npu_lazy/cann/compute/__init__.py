@@ -37,7 +37,7 @@ def describe() -> str:
             f"interpreter (TRITON_INTERPRET=1); what has neither is refused and loses the device{bridges}")
 
 
-def install(on_load: Callable[[str, Callable[[str], None]], None]) -> None:
+def install(on_load: Callable[[str, Callable[[str], object]], None]) -> None:
     """Hook the compute mode to module loads (``on_load(module, callback)``, the import recorder's)."""
     interpreter.activate_interpreter()
     on_load("torch_npu", host_kernels.install)
