@@ -92,6 +92,35 @@ def test_random_numbers_follow_the_cpu_seed():
     assert torch.equal(on_device, torch.randn(16))
 
 
+def test_the_devices_generator_state_governs_what_is_drawn():
+    import torch
+    import torch_npu
+    torch.manual_seed(3)
+    state = torch_npu.npu.get_rng_state()
+    cpu_stream = torch.get_rng_state()
+    a = torch.rand(8, device="npu").cpu()
+    assert torch.equal(torch.get_rng_state(), cpu_stream)  # a draw on the device leaves the CPU's stream alone
+    assert not torch.equal(torch.rand(8, device="npu").cpu(), a)  # the device's offset advanced
+    torch_npu.npu.set_rng_state(state)
+    assert torch.equal(torch.rand(8, device="npu").cpu(), a)  # restored, drawn again
+    mine = torch.Generator(device="npu").manual_seed(11)
+    first = torch.empty(8, device="npu").uniform_(generator=mine).cpu()
+    assert torch.equal(torch.empty(8, device="npu").uniform_(generator=torch.Generator(device="npu").manual_seed(11))
+                       .cpu(), first)
+
+
+def test_activation_checkpointing_recomputes_the_same_dropout_mask():
+    import torch
+    from torch.utils.checkpoint import checkpoint
+    x = torch.linspace(-2, 2, 64, device="npu", requires_grad=True)
+    torch.manual_seed(0)
+    out = checkpoint(lambda t: torch.dropout(t.sin(), 0.5, True), x, use_reentrant=False, preserve_rng_state=True)
+    out.sum().backward()  # the backward recomputes the dropout after restoring the device's generator
+    kept = out.detach().cpu() != 0
+    expected = torch.where(kept, 2 * torch.linspace(-2, 2, 64).cos(), torch.zeros(64))
+    torch.testing.assert_close(x.grad.cpu(), expected)
+
+
 def test_autograd_through_device_tensors():
     import torch
     x = torch.linspace(-1, 1, 9, device="npu", requires_grad=True)
@@ -105,7 +134,7 @@ def test_autograd_through_device_tensors():
 def test_eager_operators_compute_with_a_devices_semantics(run_pytest, pytester):
     _write(pytester, "test_eager.py", EAGER)
     run = run_pytest(*COMPUTE, "-p", "no:randomly", "--npu-lazy-json=report.json")
-    assert set(run.outcomes.values()) == {"passed"} and len(run.outcomes) == 7, run.text()
+    assert set(run.outcomes.values()) == {"passed"} and len(run.outcomes) == 9, run.text()
     report = _json(pytester, run)
     test = next(t for t in report["tests"] if t["nodeid"].endswith("test_values_equal_the_cpu"))
     rows = _phase(test, "test")["computed"]

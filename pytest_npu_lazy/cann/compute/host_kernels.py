@@ -14,7 +14,15 @@ device's semantics:
 - a new result is allocated on the device by torch_npu (``empty_strided``, the emulated
   ``aclrtMalloc``) and filled from the CPU result;
 - factory operators (``device="npu"``) compute on the CPU and land on the device;
-  random numbers come from the CPU generator, so ``torch.manual_seed`` seeds them as on CPU.
+- random numbers are drawn from the device's generator, as on a device: an operator ATen tags
+  ``nondeterministic_seeded`` (``randn``, ``rand_like``, ``bernoulli_``, ``native_dropout`` ...) runs
+  with the CPU generator seeded from the ``npu`` generator's state (torch_npu's 16 bytes: seed and
+  Philox offset; the generator passed, else the device's default one), and the offset then advances by
+  the values drawn. So ``torch_npu.npu.get_rng_state``/``set_rng_state`` save and restore what is drawn
+  (activation checkpointing's recompute, ``run_with_rng_state``, ``fork_rng`` see the same numbers
+  again), a draw on the device leaves the CPU's stream alone, and right after ``torch.manual_seed(s)``
+  (offset 0) the first draw equals the CPU's after the same seed. The numbers are the CPU's algorithm's,
+  never a device's Philox bits: equal where a device's are equal, not equal to a device's.
 
 Left to torch_npu, because they compute nothing: views (a return that aliases an argument
 without writing it), in-place views (``squeeze_``, ``transpose_``: sizes and strides, never
@@ -31,7 +39,9 @@ Every computation is written to :data:`.ledger.LEDGER` (``host ATen kernel``, ``
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import struct
 import warnings
 
 from .ledger import HOST_ATEN, LEDGER, LOST
@@ -111,8 +121,52 @@ def _to_host(value):
     if isinstance(value, (list, tuple)):
         return type(value)(_to_host(item) for item in value)
     if isinstance(value, torch.Generator) and value.device.type == "npu":
-        return None  # the CPU default generator: seeded by torch.manual_seed as on CPU
+        return None  # the CPU default generator, seeded from this one's state (drawn_from)
     return value
+
+
+#: spreads (seed, offset) over the CPU generator's seeds; offset 0 keeps the seed itself
+_OFFSET_STRIDE = 0x9E3779B97F4A7C15
+#: torch_npu's generator state: seed and Philox offset, two little-endian uint64
+_NPU_STATE = struct.Struct("<QQ")
+
+
+def device_generator(args, kwargs, device):
+    """The ``npu`` generator an operator draws from: the one passed, else the device's default generator."""
+    import torch
+
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Generator) and value.device.type == "npu":
+            return value
+    import torch_npu
+
+    torch_npu.npu._lazy_init()
+    index = torch.device(device).index if device is not None else None
+    return torch_npu.npu.default_generators[torch_npu.npu.current_device() if index is None else index]
+
+
+@contextlib.contextmanager
+def drawn_from(generator):
+    """Compute with the CPU default generator seeded from an ``npu`` generator's state; the CPU's own stream is
+    put back after, and the device's offset advances by the values drawn (``drawn.append(numel)`` in the block)."""
+    import torch
+
+    state = bytes(generator.get_state().tolist())
+    if len(state) != _NPU_STATE.size:
+        raise RuntimeError(f"the npu generator's state is {len(state)} bytes, not torch_npu's {_NPU_STATE.size} "
+                           "(seed, offset): pytest-npu-lazy cannot draw from it")
+    seed, offset = _NPU_STATE.unpack(state)
+    host = torch.default_generator
+    saved = host.get_state()
+    host.manual_seed((seed + offset * _OFFSET_STRIDE) % (1 << 64))
+    drawn: list[int] = []
+    try:
+        yield drawn
+    finally:
+        host.set_state(saved)
+    used = max(1, sum(drawn))
+    advanced = _NPU_STATE.pack(seed, (offset + (used + 3) // 4 * 4) % (1 << 64))  # Philox: 4 values a counter
+    generator.set_state(torch.frombuffer(bytearray(advanced), dtype=torch.uint8))
 
 
 def _dense(tensor) -> bool:
@@ -180,6 +234,7 @@ def make_kernel(op):
                     source = (i, argument.name)
                     break
         return_sources.append(source)
+    seeded = torch.Tag.nondeterministic_seeded in op.tags  # it draws random numbers
 
     def kernel(*args, **kwargs):
         reason = lost_reason()
@@ -202,7 +257,12 @@ def make_kernel(op):
         result_device = device if device is not None else next(
             (a.device for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.device.type == "npu"),
             None) or "npu"
-        result = op(*host_args, **host_kwargs)
+        if seeded:
+            with drawn_from(device_generator(args, kwargs, result_device)) as drawn:
+                result = op(*host_args, **host_kwargs)
+                drawn.append(sum(t.numel() for t in _tensors(result)))
+        else:
+            result = op(*host_args, **host_kwargs)
         for key, tensor in out_tensors.items():
             _write_out(tensor, host_kwargs[key])
         if not returns:
@@ -230,6 +290,16 @@ def make_kernel(op):
 
     kernel.__name__ = f"npu_lazy_host_{base}"
     return kernel
+
+
+def _tensors(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
 
 
 def _refuse_mixed_devices(name: str, args, kwargs) -> None:
