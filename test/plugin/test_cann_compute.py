@@ -554,3 +554,44 @@ def test_in_place_views_traced_by_inductor_reach_no_host_kernel(run_pytest, pyte
     _write(pytester, "test_views.py", TRACED_IN_PLACE_VIEWS)
     run = run_pytest(*COMPUTE, "-p", "no:randomly")
     assert set(run.outcomes.values()) == {"passed"} and len(run.outcomes) == 2, run.text()
+
+
+COMPILED_ATTRIBUTE_CHECK = """
+import json, os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+sys.path.insert(0, {root!r})
+from pytest_npu_lazy.cann.compute import interpreter
+import triton, triton.language as tl
+from triton.runtime import interpreter as triton_interpreter
+interpreter.install_interpreter_shims()
+
+
+@triton.jit
+def triton_poi_add_0(x_ptr, n: tl.constexpr):
+    pass
+
+
+answer = {{"interpreted": type(triton_poi_add_0).__name__, "own": triton_poi_add_0.arg_names}}
+try:
+    triton_poi_add_0.constexprs  # what torch_npu's precompile asks first
+except interpreter.InterpreterGap as gap:
+    answer["gap"] = str(gap)
+    answer["attribute_error"] = isinstance(gap, AttributeError)
+answer["asked"] = [hasattr(triton_poi_add_0, "src"), getattr(triton_poi_add_0, "params", "default")]
+print(json.dumps(answer))
+"""
+
+
+def test_a_compiled_kernels_attribute_asked_of_an_interpreted_one_is_a_named_refusal():
+    """torch_npu's precompile and its index codegen's TTIR check ask an interpreted kernel what only a compiled one
+    has (``constexprs``, ``src``): the answer names the kernel and the attribute, not a bare AttributeError."""
+    from pathlib import Path
+
+    from cann_support import run_python
+
+    pytest.importorskip("triton")
+    got = run_python(COMPILED_ATTRIBUTE_CHECK.format(root=str(Path(__file__).resolve().parents[2])))
+    assert got["interpreted"] == "InterpretedFunction" and got["own"] == ["x_ptr", "n"]
+    assert got["gap"].startswith("Triton kernel triton_poi_add_0: constexprs is a compiled kernel's"), got
+    assert "needs a real Ascend device" in got["gap"] and got["attribute_error"]
+    assert got["asked"] == [False, "default"]

@@ -46,6 +46,10 @@ them.
 What the interpreter cannot show at all: the programs of a grid run one after another, so races
 between programs and the order of atomics are never seen; the NPU compiler (bisheng) never runs,
 so nothing it would refuse or miscompile is seen; the launch options it takes are dropped.
+Nothing compiles a kernel ahead of its launch either: what asks an interpreted kernel for a compiled
+one's attributes (torch_npu's precompile of a config, the TTIR check of its index codegen) is refused
+by name (:func:`_name_what_only_a_compiler_has`), and torch_npu's index codegen then falls back to its
+other codegen, as it does wherever that check fails.
 
 Each launch is written to the ledger (``Triton interpreter``, with the kernel's name); a
 launch on a lost device fails without running.
@@ -323,6 +327,7 @@ def install_interpreter_shims(_loaded: str = "triton.runtime.interpreter") -> No
     executor._restore_args_dev = restore_args_dev
     executor.__call__ = call
     executor._npu_lazy_shimmed = True
+    _name_what_only_a_compiler_has(interpreter)
     _index_one_element_arrays(interpreter)
     from . import libdevice, numerics, reductions
 
@@ -393,6 +398,38 @@ def _patch_lang_once_per_launch(interpreter):
     _IN_FORCE["language patched once a launch"] = (
         "the interpreter re-patches triton.language at every jit helper call inside a kernel: once per launch")
     return launch
+
+
+#: what the interpreter's function sets itself: asked before it is set (copying, unpickling), a plain AttributeError
+_INTERPRETED_OWN = frozenset({"fn", "rewriter", "run", "arg_names"})
+
+
+def _name_what_only_a_compiler_has(interpreter) -> None:
+    """A compiled kernel's attributes asked of an interpreted one: a refusal that names them.
+
+    Under ``TRITON_INTERPRET=1`` ``@triton.jit`` gives an ``InterpretedFunction``, which launches and
+    nothing else. Code that compiles a kernel before its launch asks it what only a ``JITFunction``
+    has (``constexprs``, ``src``, ``params`` ...): torch_npu's precompile of a config, the TTIR check
+    of its index codegen, a C++ wrapper's kernel binary. Triton answers with a bare ``AttributeError``
+    that reads as a bug; here it is :class:`MissingAttribute`, which names the kernel, the attribute and
+    why (still an ``AttributeError`` to ``hasattr`` and ``getattr`` with a default, so whoever only asks
+    gets the answer it got before).
+    """
+    function = interpreter.InterpretedFunction
+    if "__getattr__" in vars(function):
+        return
+
+    def __getattr__(self, attribute: str):
+        if attribute.startswith("__") or attribute in _INTERPRETED_OWN:
+            raise AttributeError(attribute)
+        kernel = getattr(self.__dict__.get("fn"), "__name__", "kernel")
+        raise MissingAttribute(
+            f"Triton kernel {kernel}: {attribute} is a compiled kernel's (JITFunction.{attribute}), asked by code "
+            f"that compiles the kernel before launching it (torch_npu's precompile of a config, the TTIR check of "
+            f"its index codegen, a C++ wrapper's kernel binary); under TRITON_INTERPRET=1 the kernel is Triton's "
+            f"InterpretedFunction, which only launches, and nothing here compiles it; {NEEDS_A_DEVICE}")
+
+    function.__getattr__ = __getattr__
 
 
 def _index_one_element_arrays(interpreter) -> None:
