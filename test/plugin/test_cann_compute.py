@@ -595,3 +595,40 @@ def test_a_compiled_kernels_attribute_asked_of_an_interpreted_one_is_a_named_ref
     assert got["gap"].startswith("Triton kernel triton_poi_add_0: constexprs is a compiled kernel's"), got
     assert "needs a real Ascend device" in got["gap"] and got["attribute_error"]
     assert got["asked"] == [False, "default"]
+
+
+STRING_CONSTEXPR_CHECK = """
+import json, os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # CPU tensors: no torch_npu
+sys.path.insert(0, {root!r})
+from pytest_npu_lazy.cann.compute import interpreter
+import torch
+import triton, triton.language as tl
+from triton.runtime import interpreter as triton_interpreter
+interpreter.install_interpreter_shims()
+
+
+@triton.jit
+def double(x_ptr, out_ptr, n, BLOCK: "tl.constexpr"):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 2, mask=mask)
+
+
+x, out = torch.arange(10.), torch.zeros(10)
+double[(3,)](x, out, 10, BLOCK=4)
+print(json.dumps({{"out": out.tolist(), "in_force": sorted(interpreter.shims_in_force())}}))
+"""
+
+
+def test_a_constexpr_annotated_as_a_string_is_one_as_the_compiler_reads_it():
+    """``BLOCK: "tl.constexpr"`` compiles (torch_npu's test_add_triton_wrap.py writes it so); the interpreter of
+    triton-ascend 3.2.0 took it for a runtime value and stopped at ``tl.arange(0, BLOCK)``."""
+    from pathlib import Path
+
+    from cann_support import run_python
+
+    pytest.importorskip("triton")
+    got = run_python(STRING_CONSTEXPR_CHECK.format(root=str(Path(__file__).resolve().parents[2])))
+    assert got["out"] == [2.0 * i for i in range(10)], got

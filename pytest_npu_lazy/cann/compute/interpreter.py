@@ -23,6 +23,9 @@ names what it bridges and goes away by itself where the installed Triton needs n
 - the interpreter's builder lacks ``get_int1_ty`` (triton-ascend 3.2.0), which ``tl.maximum``
   and ``tl.minimum`` with NaN propagation (``relu``, ``clamp``) ask for: it answers ``tl.int1``,
   as its other ``get_*_ty`` answer their types; only added where missing.
+- a parameter annotated with the string ``"tl.constexpr"`` is a constexpr to the compiler (the
+  annotation's text contains ``constexpr``) and not to triton-ascend 3.2.0's interpreter (exactly
+  ``tl.constexpr``), where ``tl.arange(0, BLOCK_SIZE)`` then stops: read as the compiler reads it.
 - ``tensor.__index__`` of the interpreter (triton-ascend 3.2.0) is ``int(handle.data)`` over a
   one-element array, which NumPy 2.4 refuses ("only 0-dimensional arrays can be converted"):
   every loop over a reduction (``for r0_offset in tl.range(0, r0_numel, R0_BLOCK)``) stops
@@ -105,6 +108,8 @@ def planned() -> list[str]:
         bridges.append("get_int1_ty")
     if "int(self.handle.data)" in source:
         bridges.append("one-element index (where NumPy refuses it)")
+    if '== "constexpr"' in source:
+        bridges.append("constexpr annotations")
     return bridges + ["device numerics", "device reductions", "arguments aliased"]
 
 
@@ -328,6 +333,7 @@ def install_interpreter_shims(_loaded: str = "triton.runtime.interpreter") -> No
     executor.__call__ = call
     executor._npu_lazy_shimmed = True
     _name_what_only_a_compiler_has(interpreter)
+    _constexpr_as_the_compiler_reads_it(interpreter)
     _index_one_element_arrays(interpreter)
     from . import libdevice, numerics, reductions
 
@@ -430,6 +436,40 @@ def _name_what_only_a_compiler_has(interpreter) -> None:
             f"InterpretedFunction, which only launches, and nothing here compiles it; {NEEDS_A_DEVICE}")
 
     function.__getattr__ = __getattr__
+
+
+def _constexpr_as_the_compiler_reads_it(interpreter) -> None:
+    """A parameter annotated ``"tl.constexpr"`` (a string) is a constexpr to the compiler, not to this interpreter.
+
+    triton-ascend 3.2.0's ``GridExecutor`` takes a parameter as constexpr only where its annotation reads exactly
+    ``constexpr`` (``tl.constexpr`` itself); the compiler (``KernelParam.is_constexpr``) wherever the annotation's
+    text contains ``constexpr``, so ``BLOCK_SIZE: "tl.constexpr"`` compiles, and in this interpreter
+    ``tl.arange(0, BLOCK_SIZE)`` stops ("arange's arguments must be of type tl.constexpr"). The executor's list
+    is made the compiler's; only where the installed interpreter compares exactly.
+    """
+    import inspect
+
+    executor = interpreter.GridExecutor
+    try:
+        source = inspect.getsource(executor.__init__)
+    except (OSError, TypeError):
+        return
+    if '== "constexpr"' not in source:
+        return  # this interpreter reads annotations as the compiler does, or in a way not known here
+    from triton.runtime.jit import _normalize_ty
+
+    original_init = executor.__init__
+
+    def __init__(self, fn, arg_names, grid):
+        original_init(self, fn, arg_names, grid)
+        annotations = {name: _normalize_ty(ty) for name, ty in fn.__annotations__.items()}
+        self.constexprs = [name for name in arg_names if "constexpr" in annotations.get(name, "")]
+
+    executor.__init__ = __init__
+    _IN_FORCE["constexpr annotations"] = (
+        f"{_triton_version()}'s interpreter takes a parameter as constexpr only where its annotation is exactly "
+        "tl.constexpr; the compiler wherever the annotation's text contains constexpr (a string \"tl.constexpr\"): "
+        "read as the compiler reads it")
 
 
 def _index_one_element_arrays(interpreter) -> None:
