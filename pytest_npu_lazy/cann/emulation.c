@@ -216,6 +216,7 @@ static int initialised;
 static size_t allocated_bytes;
 static int next_stream_id = 1;
 static __thread int current_device = -1;
+static int primary_active; /* aclrtSetDevice on some thread made the primary context active */
 
 #define BLOCK_HEADER 512 /* keeps every device pointer 512-byte aligned, as torch_npu expects */
 
@@ -321,6 +322,7 @@ EXPORT aclError aclrtSetDevice(int32_t device)
         return reject("aclrtSetDevice", ACL_ERROR_RT_INVALID_DEVICEID, "the emulated NPU has device 0 only");
     current_device = device;
     current_context = &primary_context;
+    primary_active = 1;
     return done("aclrtSetDevice", ACL_SUCCESS);
 }
 
@@ -342,7 +344,22 @@ EXPORT aclError aclrtResetDevice(int32_t device)
         current_device = -1;
         current_context = NULL;
     }
+    primary_active = 0;
     return done("aclrtResetDevice", ACL_SUCCESS);
+}
+
+/* torch_npu 2.13.0 asks this in MaybeSetDevice, seen with TORCH_NPU_USE_COMPATIBLE_IMPL=1: from _npu_init and
+ * from NpuSysCtrl::Finalize at shutdown. Absent, its lookup throws (TORCH_CHECK), and at shutdown the throw ends
+ * the process with std::terminate (SIGABRT, exit 134). Active once a device is set, until it is reset; flags 0. */
+EXPORT aclError aclrtGetPrimaryCtxState(int32_t device, uint32_t *flags, int32_t *active)
+{
+    if (!valid_device(device))
+        return reject("aclrtGetPrimaryCtxState", ACL_ERROR_RT_INVALID_DEVICEID, "the emulated NPU has device 0 only");
+    if (flags != NULL)
+        *flags = 0;
+    if (active != NULL)
+        *active = primary_active;
+    return done("aclrtGetPrimaryCtxState", ACL_SUCCESS);
 }
 
 EXPORT aclError aclrtSynchronizeDevice(void)

@@ -87,6 +87,22 @@ answer["reset"] = [acl.aclrtResetDevice(0), acl.aclrtGetDevice(byref(device))]
     assert got["reset"] == [0, 107002]
 
 
+def test_the_primary_context_is_active_while_a_device_is_set(emulated):
+    """torch_npu 2.13.0 asks aclrtGetPrimaryCtxState in MaybeSetDevice; absent, it throws, at shutdown fatally."""
+    got = acl(emulated, """
+flags, active = c_uint32(7), c_int32(7)
+answer["before"] = [acl.aclrtGetPrimaryCtxState(0, byref(flags), byref(active)), flags.value, active.value]
+acl.aclrtSetDevice(0)
+answer["set"] = [acl.aclrtGetPrimaryCtxState(0, byref(flags), byref(active)), active.value]
+acl.aclrtResetDevice(0)
+answer["reset"] = [acl.aclrtGetPrimaryCtxState(0, None, byref(active)), active.value]
+answer["other device"] = [acl.aclrtGetPrimaryCtxState(1, None, byref(active)), message()]
+""")
+    assert got["before"] == [0, 0, 0]
+    assert got["set"] == [0, 1] and got["reset"] == [0, 0]
+    assert got["other device"][0] == 107001 and "device 0 only" in got["other device"][1]
+
+
 def test_memory_is_host_memory_that_round_trips(emulated):
     got = acl(emulated, """
 acl.aclrtSetDevice(0)
@@ -333,3 +349,29 @@ def test_command_line_lists_the_emulation(emulated, stub_cache, capsys):
     assert report["emulation"]["model"]["soc_name"] == MODEL.soc_name
     assert "aclrtSetDevice" in report["emulation"]["emulated"] and "rtKernelLaunch" in report["emulation"]["refused"]
     assert "aclrtSetDevice" not in report["emulation"]["not_emulated"]
+
+
+COMPATIBLE_IMPL = """
+import os
+
+# as torch_npu's test/_inductor/test_inductor_graph_partition.py: read when torch_npu initialises
+os.environ["TORCH_NPU_USE_COMPATIBLE_IMPL"] = "1"
+
+import torch_npu
+
+torch_npu.npu._lazy_init()  # at import: in the collecting process too
+
+
+def test_initialised():
+    assert torch_npu.npu.is_initialized()
+"""
+
+
+def test_compatible_impl_mode_initialises_and_exits_cleanly(run_pytest, pytester, without_inherited_stub):
+    """With TORCH_NPU_USE_COMPATIBLE_IMPL=1 torch_npu asks aclrtGetPrimaryCtxState: at init (a collection error
+    without it) and at shutdown, where its absence ended the pytest process with SIGABRT (exit 134)."""
+    pytester.makepyfile(test_compatible=COMPATIBLE_IMPL)
+    run = run_pytest("--npu-lazy-cann=emulate")
+    assert run.outcomes == {"test_compatible.py::test_initialised": "passed"}, run.text()
+    assert run.result.ret == pytest.ExitCode.OK, run.text()
+    assert "terminate called" not in run.text()
