@@ -105,8 +105,16 @@ class Result:
 
 
 def _failure_message(report: pytest.TestReport) -> str:
-    crash = getattr(report.longrepr, "reprcrash", None)
-    text = crash.message if crash is not None else report.longreprtext
+    """The crash entry's message, else the failure's own text: not ``report.longreprtext``, which under xdist
+    starts with the worker's line ("[gw0] linux -- Python ..."), pytest's header for a report from a worker."""
+    longrepr = report.longrepr
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None:
+        text = crash.message
+    elif longrepr is None or isinstance(longrepr, tuple):
+        text = report.longreprtext
+    else:
+        text = str(longrepr)
     text = text.strip()
     return text if len(text) <= 2000 else text[:2000] + " ..."
 

@@ -353,3 +353,26 @@ def test_module_lists_go_home_only_where_a_report_reads_them(suite, run_pytest, 
     assert imported["module_count"] == 3
     names = sorted(m["name"] for m in imported["modules"])
     assert names == ([] if option is None else ["heavy", "heavy.core", "heavy.helpers"]), summary
+
+
+KILLED = """
+import os, signal, pytest
+
+pytestmark = pytest.mark.npu_lazy(preload=[])
+
+def test_killed():
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.needs("xdist")
+@pytest.mark.parametrize("workers", [[], ["-n", "1"]], ids=["in-order", "xdist"])
+def test_a_crash_message_is_the_crash_not_the_worker_line(pytester, run_pytest, workers):
+    """A report without a crash entry (a child killed) is described by its own text: under xdist pytest's text of
+    the report starts with the worker's line ("[gw0] linux -- Python ..."), which says nothing of the failure."""
+    pytester.makepyfile(test_killed=KILLED)
+    run = run_pytest(*workers, "--npu-lazy-json=out.json")
+    assert run.result.ret == pytest.ExitCode.TESTS_FAILED, run.text()
+    (test,) = load_report(pytester.path / "out.json")["tests"]
+    first = test["message"].splitlines()[0]
+    assert "SIGKILL" in first and not first.startswith("[gw"), test["message"][:500]
