@@ -105,7 +105,7 @@ def install(_loaded: str = "triton.backends") -> None:
             torch.npu.set_device(device)
 
         def get_current_stream(self, device=None) -> int:
-            from torch_npu._C import _npu_getCurrentRawStream  # type: ignore[import-untyped]  # a C extension, no stubs
+            from torch_npu._C import _npu_getCurrentRawStream  # a C extension, no stubs (pyproject.toml: torch_npu untyped)
 
             return _npu_getCurrentRawStream(self.get_current_device() if device is None else device)
 
