@@ -243,6 +243,9 @@ def xdist_queued_items(config: pytest.Config) -> list[pytest.Item] | None:
     if queue is None or session is None or not hasattr(queue, "lock"):
         return None
     items = session.items
-    with queue.lock() as queued:
-        indices = [index for index in queued if isinstance(index, int)]
+    try:
+        with queue.lock() as queued:
+            indices = [index for index in queued if isinstance(index, int)]
+    except (AttributeError, TypeError):  # another pytest-xdist's queue: the worker plans nothing ahead, as before
+        return None
     return [items[index] for index in indices if 0 <= index < len(items)]

@@ -102,3 +102,34 @@ def test_the_check_catches(snippet):
 ])
 def test_the_check_lets_pass(snippet):
     assert private_uses(snippet) == []
+
+
+def test_xdist_queue_read_where_it_is_and_nothing_where_it_is_not():
+    """compat.xdist_queued_items: the worker's queued items in order (the shutdown marker is no item); None where
+    there is no WorkerInteractor or its queue is of another shape."""
+    import contextlib
+    import types
+
+    from pytest_npu_lazy import compat
+
+    class Queue:
+        def __init__(self, entries):
+            self.entries = entries
+
+        @contextlib.contextmanager
+        def lock(self):
+            yield self.entries
+
+    class WorkerInteractor:
+        def __init__(self, torun):
+            self.torun = torun
+            self.session = types.SimpleNamespace(items=["a", "b", "c", "d"])
+
+    def config_with(*plugins):
+        return types.SimpleNamespace(pluginmanager=types.SimpleNamespace(get_plugins=lambda: list(plugins)))
+
+    shutdown = object()
+    assert compat.xdist_queued_items(config_with(WorkerInteractor(Queue([2, 0, shutdown])))) == ["c", "a"]
+    assert compat.xdist_queued_items(config_with(object())) is None
+    assert compat.xdist_queued_items(config_with(WorkerInteractor(object()))) is None
+    assert compat.xdist_queued_items(config_with(WorkerInteractor(types.SimpleNamespace(lock=None)))) is None
