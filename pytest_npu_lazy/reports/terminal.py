@@ -194,8 +194,12 @@ def check_units(check: dict) -> list[str]:
         for row in rows:
             by.setdefault(row["by"], []).append(row.get("name", ""))
         for source, names in by.items():
-            named = ", ".join(dict.fromkeys(n for n in names if n)) if source != "device" else ""
-            units.append(f"{len(names)} {kind}{'s' if len(names) != 1 else ''} by {PRODUCED_BY.get(source, source)}"
+            named = ", ".join(dict.fromkeys(n for n in names if n))
+            if source == "device":  # the row's name is the device type: say where the compiled code ran
+                producer, named = f"the compiled code on {named or 'its device'}", ""
+            else:
+                producer = PRODUCED_BY.get(source, source)
+            units.append(f"{len(names)} {kind}{'s' if len(names) != 1 else ''} by {producer}"
                          + (f" ({named});" if named else ";"))
     units[-1] = units[-1].rstrip(";")
     if not check.get("passed", True):

@@ -168,3 +168,16 @@ def test_a_failure_is_listed_with_its_chain_and_fits_the_terminal(suite, run_pyt
     for text in (section, every):
         assert max(len(line) for line in text.splitlines()) <= 80, text
     assert _section(run_pytest("--npu-lazy-summary=none").result.stdout.str()) is None
+
+
+def test_a_check_names_where_the_compiled_code_ran():
+    """Off the emulated NPU the compared values came from the compiled code on a real device type (cpu under the host
+    stub): the line names it, never "the device" where there is none."""
+    from pytest_npu_lazy.reports.terminal import check_units
+
+    line = " ".join(check_units({"phase": "first_call", "outputs": [{"by": "device", "name": "cpu"}] * 2}))
+    assert line == "checked first_call against eager: 2 outputs by the compiled code on cpu", line
+    mixed = " ".join(check_units({"phase": "call", "outputs": [{"by": "Triton interpreter", "name": "triton_poi_0"},
+                                                             {"by": "host ATen kernel", "name": "aten.addmm"}]}))
+    assert "1 output by Triton kernel(s) in Triton's interpreter (triton_poi_0)" in mixed, mixed
+    assert "1 output by the host's ATen (aten.addmm)" in mixed, mixed
