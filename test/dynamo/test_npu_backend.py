@@ -65,13 +65,20 @@ def _until_the_task_queue_set_its_device(npu_lazy, seconds: float = 10.0) -> Non
     """torch_npu's task-queue thread sets the device as it starts, off the main thread. Its copy to the device waits
     for that thread on an NPU and under ``emulate``; under ``compute`` the host copies and nothing waits, so on a
     loaded machine the thread's ``aclrtSetDevice`` could land in the next phase and read as the wrapper's. Wait (a
-    bounded while) until it is in this phase; a call the wrapper makes itself is still the wrapper's."""
+    bounded while) until that thread's call, made off the main thread, is in this phase: the main thread's own
+    ``aclrtSetDevice`` (torch_npu's lazy init) comes first and says nothing of the thread's; a call the wrapper
+    makes itself is still the wrapper's."""
     import time
 
     if not npu_lazy.device_calls_recorded:
         return
+
+    def the_threads_call_is_in() -> bool:
+        return any(call.name == "aclrtSetDevice" and call.thread != "python"
+                   for call in npu_lazy.device_call_records("to_device"))
+
     deadline = time.monotonic() + seconds
-    while "aclrtSetDevice" not in npu_lazy.device_calls("to_device") and time.monotonic() < deadline:
+    while not the_threads_call_is_in() and time.monotonic() < deadline:
         time.sleep(0.01)
 
 
