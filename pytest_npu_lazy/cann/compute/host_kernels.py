@@ -103,14 +103,19 @@ def storage_range(tensor) -> tuple[int, int]:
     return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
 
 
-def _npu_tensors(values):
+def _tensors(value):
+    """Every tensor in ``value``: a tensor, or lists and tuples of them, nested."""
     import torch
 
-    for value in values:
-        if isinstance(value, torch.Tensor) and value.device.type == "npu":
-            yield value
-        elif isinstance(value, (list, tuple)):
-            yield from _npu_tensors(value)
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+
+
+def _npu_tensors(values):
+    return (tensor for tensor in _tensors(values) if tensor.device.type == "npu")
 
 
 def _to_host(value):
@@ -290,16 +295,6 @@ def make_kernel(op):
 
     kernel.__name__ = f"npu_lazy_host_{base}"
     return kernel
-
-
-def _tensors(value):
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _tensors(item)
 
 
 def _refuse_mixed_devices(name: str, args, kwargs) -> None:
