@@ -95,13 +95,14 @@ def run_summary(run: dict) -> str:
     return ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no reports"
 
 
-def forked_python(venv: Path, allow_create: bool, env: dict[str, str]) -> tuple[str | None, str | None]:
+def forked_python(venv: Path, allow_create: bool, env: dict[str, str],
+                  needs: tuple[str, ...] = ("torch", "torch_npu")) -> tuple[str | None, str | None]:
     """A Python whose pytest can run pytest-forked, or why there is none.
 
     pytest-forked 1.7.5 fails every test on pytest 9.2 (it marshals reports,
     and pytest 9.2's NodeId cannot be marshalled), so it is measured in a side
     venv with pytest 9.1.1 that sees this venv's torch and torch_npu through
-    a .pth file (its own site-packages come first, so its pytest wins).
+    a .pth file (its own site-packages come first, so its pytest wins). ``needs``: what else it must import.
     """
     python = venv / "bin" / "python"
     if not python.exists():
@@ -110,10 +111,11 @@ def forked_python(venv: Path, allow_create: bool, env: dict[str, str]) -> tuple[
         error = make_forked_venv(venv)
         if error:
             return None, error
-    probe = subprocess.run([str(python), "-c", "import pytest, pytest_forked, torch, torch_npu; print(pytest.__version__)"],
+    modules = ("pytest", "pytest_forked", *needs)
+    probe = subprocess.run([str(python), "-c", f"import {', '.join(modules)}; print(pytest.__version__)"],
                            env=env, capture_output=True, text=True)
     if probe.returncode != 0:
-        return None, f"the side venv {venv} cannot import pytest, pytest_forked, torch and torch_npu: {probe.stderr[-800:]}"
+        return None, f"the side venv {venv} cannot import {', '.join(modules)}: {probe.stderr[-800:]}"
     return str(python), None
 
 

@@ -18,8 +18,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import fork_floor
-from benchmarks.common import DEFAULT_FORKED_VENV, FORKED_PYTEST, log, run_pytest, run_summary
-from benchmarks.forked_venv import make_forked_venv, python_of
+from benchmarks.common import DEFAULT_FORKED_VENV, forked_python, log, run_pytest, run_summary
 
 RESULT = "xdist_isolation"
 TARGETS = {
@@ -58,13 +57,9 @@ def forked_runner(args, env: dict[str, str]) -> tuple[str | None, str | None]:
     """A Python whose pytest runs pytest-forked (before pytest 9.2): this one if it can, else the side venv."""
     check = ("import pytest, pytest_forked, sys; from packaging.version import Version; "
              "sys.exit(Version(pytest.__version__) >= Version('9.2'))")
-    for python in (sys.executable, str(python_of(Path(args.forked_venv or DEFAULT_FORKED_VENV)))):
-        if Path(python).exists() and subprocess.run([python, "-c", check], env=env, capture_output=True).returncode == 0:
-            return python, None
-    if args.no_forked_venv:
-        return None, f"no pytest-forked with a pytest before 9.2 here (the side venv: --forked-venv-setup, pytest {FORKED_PYTEST})"
-    error = make_forked_venv(Path(args.forked_venv or DEFAULT_FORKED_VENV))
-    return (None, error) if error else (str(python_of(Path(args.forked_venv or DEFAULT_FORKED_VENV))), None)
+    if subprocess.run([sys.executable, "-c", check], env=env, capture_output=True).returncode == 0:
+        return sys.executable, None
+    return forked_python(Path(args.forked_venv or DEFAULT_FORKED_VENV), not args.no_forked_venv, env, needs=())
 
 
 def worker_counts(args) -> list[int]:
