@@ -4,10 +4,11 @@
 ``shipped`` (the interpreter as triton-ascend ships it, with only the bridge without which its loops
 stop on NumPy 2.4) and ``compute`` (with compute mode's
 changes: device conversions and NaN rules, bfloat16 arithmetic in float32, the device's
-reductions). Each times the same kernels side by side: a float32 pointwise kernel, a float32 ->
+reductions, programs and a sum's loop iterations run together; ``compute one by one`` without the last two). Each times the same kernels side by side: a float32 pointwise kernel, a float32 ->
 bfloat16 pointwise kernel (where the device's rounding replaces the shipped truncation), a
-persistent row reduction and a looped one (``tl.range`` over the row), each launched over a grid
-of blocks as Inductor launches them. Beside each, NumPy's one vectorised evaluation of the same
+persistent row reduction and a looped one (``tl.range`` over the row, written as Inductor writes a looped
+sum), each launched over a grid of blocks as Inductor launches them, and a sum of the whole array by one
+program in chunks of 8 (torch_npu's ``test_sum.py`` calls a kernel compiled for 8 elements with a million). Beside each, NumPy's one vectorised evaluation of the same
 expression over the whole array: the limit an interpreter of the same data can approach. Figures
 are elements per second (median of the repeats), and the ratio to NumPy's.
 """
@@ -40,6 +41,7 @@ from pytest_npu_lazy.cann.compute import interpreter
 if variant.startswith("compute"):
     if variant == "compute one by one":
         os.environ["PYTEST_NPU_LAZY_PROGRAMS_ONE_BY_ONE"] = "1"
+        os.environ["PYTEST_NPU_LAZY_LOOPS_ONE_BY_ONE"] = "1"
     interpreter.install_language_shims()
     interpreter.install_interpreter_shims()
 else:  # as shipped, but for the one bridge without which no loop over a reduction runs on NumPy 2.4
@@ -74,11 +76,15 @@ def row_sum(x_ptr, out_ptr, columns, XBLOCK: tl.constexpr, R0_BLOCK: tl.constexp
 @triton.jit
 def looped_row_sum(x_ptr, out_ptr, columns, XBLOCK: tl.constexpr, R0_BLOCK: tl.constexpr):
     rows = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
-    total = tl.zeros([XBLOCK, R0_BLOCK], tl.float32)
-    for start in tl.range(0, columns, R0_BLOCK):
-        cols = start + tl.arange(0, R0_BLOCK)[None, :]
-        total += tl.load(x_ptr + rows * columns + cols, cols < columns, other=0.0)
-    tl.store(out_ptr + rows, tl.sum(total, 1)[:, None])
+    r0_base = tl.arange(0, R0_BLOCK)[None, :]
+    _total = tl.full([XBLOCK, R0_BLOCK], 0, tl.float32)
+    for r0_offset in tl.range(0, columns, R0_BLOCK):  # as Inductor writes a looped sum
+        cols = r0_offset + r0_base
+        mask = cols < columns
+        tmp0 = tl.load(x_ptr + rows * columns + cols, mask, other=0.0)
+        tmp1 = _total + tmp0
+        _total = tl.where(mask, tmp1, _total)
+    tl.store(out_ptr + rows, tl.sum(_total, 1)[:, None])
 
 
 def timed(run):
@@ -98,6 +104,7 @@ def measure():  # the data stays local: the interpreter reads each kernel's glob
     half = torch.empty(size, dtype=torch.bfloat16)
     matrix = x.reshape(-1, columns)
     sums = torch.empty(matrix.shape[0])
+    total = torch.empty(1)
     grid = (triton.cdiv(size, block),)
     rows_grid = (matrix.shape[0] // rows_per_program,)
     xn, yn, mn = x.numpy(), y.numpy(), matrix.numpy()
@@ -111,6 +118,9 @@ def measure():  # the data stays local: the interpreter reads each kernel's glob
         "row sum, looped (chunks of 128)": (
             lambda: looped_row_sum[rows_grid](matrix, sums, columns, XBLOCK=rows_per_program, R0_BLOCK=128),
             lambda: mn.sum(axis=1)),
+        # torch_npu's test_sum.py: a dynamic-shape sum compiled for 8 elements, then called with many more
+        "sum of all, looped (one program, chunks of 8)": (
+            lambda: looped_row_sum[(1,)](x, total, size, XBLOCK=1, R0_BLOCK=8), lambda: xn.sum()),
     }
     answer = {}
     with np.errstate(all="ignore"):
@@ -180,9 +190,10 @@ def markdown(result: dict) -> list[str]:
     lines = ["### Triton's interpreter under compute mode", "",
              f"{result['size']:,} float32 elements, median of {result['repeats']}; each kernel launched over a grid "
              "of 1024-element blocks (reductions: 16 rows of 1024 a program) as Inductor launches them, named as "
-             "Inductor names them. *One by one*: the programs run one after another, as the interpreter runs them "
-             "(the device numerics' cost against the interpreter as shipped); *compute mode*: as compute mode runs "
-             "them, a launch's programs together where the kernel allows it (docs/emulated-npu.md).", "",
+             "Inductor names them. *One by one*: the programs run one after another and a loop's iterations one "
+             "after another, as the interpreter runs them (the device numerics' cost against the interpreter as "
+             "shipped); *compute mode*: as compute mode runs them, a launch's programs together and a sum's loop "
+             "iterations together where the kernel allows it (docs/emulated-npu.md).", "",
              "| kernel | NumPy, one vectorised pass (M elements/s) | interpreter as shipped (M/s) "
              "| compute mode, one by one (M/s) | compute mode (M/s) | one by one / shipped time "
              "| compute mode / NumPy time |", "|---|---:|---:|---:|---:|---:|---:|"]

@@ -16,8 +16,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))  # facts and regressions, for the tests and the zoo
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))  # test/breakage.py, shared by both suites
 
-from ci_variable import without_ci_variable  # noqa: E402,F401 (an autouse fixture, for every test here)
-from regressions import ENV, REGRESSIONS  # noqa: E402
+from ci_variable import without_ci_variable  # noqa: F401 (an autouse fixture, for every test here)
+from regressions import ENV, REGRESSIONS
 
 # Inductor compiles in-process, without its pool of compile-worker subprocesses: starting that pool costs
 # every first compiled call about 1.5 s here (a fresh interpreter importing torch), in a process outside the

@@ -78,7 +78,7 @@ def first_call_keys(device: str) -> dict:
     after = None
     try:
         compiled(torch.ones(8).to(device))  # a copy: the reference process may have no operators on the device
-    except Exception as exc:  # noqa: BLE001 - only the key is asked for, and it is computed before the kernel runs
+    except Exception as exc:
         if not keys:
             raise
         after = f"{type(exc).__name__} after the key was computed: {str(exc).strip()[:300]}"

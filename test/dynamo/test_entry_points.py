@@ -16,7 +16,7 @@ def test_list_backends_after_dynamo_setup_without_inductor_setup(npu_lazy):
     import torch
 
     with npu_lazy.phase("dynamo"):
-        import torch._dynamo  # noqa: F401  (the post-import trigger runs the Dynamo setup)
+        import torch._dynamo
     assert npu_lazy.ran(DYNAMO_SETUP)
     with npu_lazy.phase("list"):
         backends = set(torch.compiler.list_backends())

@@ -63,7 +63,7 @@ def run_forked(work, limit: float) -> tuple[str | None, str, int | None]:
             try:
                 work()
                 verdict = b""
-            except BaseException:  # noqa: BLE001 - sent to the parent whole
+            except BaseException:
                 verdict = traceback.format_exc().encode()
             os.write(verdict_write, verdict or b"ok")
         finally:

@@ -125,7 +125,7 @@ def test_preimported_dynamo_is_set_up_at_import_and_eager_compile_needs_no_induc
     import torch
 
     with npu_lazy.phase("dynamo"):
-        import torch._dynamo  # noqa: F401
+        import torch._dynamo
     with npu_lazy.phase("import"):
         import torch_npu  # noqa: F401
     from torch_npu.utils import _dynamo
@@ -258,10 +258,10 @@ def test_a_failed_first_import_of_dynamo_keeps_the_trigger_for_the_next(npu_lazy
     sys.meta_path.insert(1, hook)  # behind torch_npu's trigger, which asks it
     try:
         with pytest.raises(ImportError, match="injected"):
-            import torch._dynamo  # noqa: F401
+            import torch._dynamo
         assert hook.failed and not npu_lazy.ran(DYNAMO_SETUP)
         with npu_lazy.phase("dynamo"):
-            import torch._dynamo  # noqa: F401,F811
+            import torch._dynamo  # noqa: F401
     finally:
         sys.meta_path.remove(hook)
     assert npu_lazy.ran(DYNAMO_SETUP), (

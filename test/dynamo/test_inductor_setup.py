@@ -84,8 +84,8 @@ def test_inductor_patches_wait_for_the_inductor_setup_and_then_all_hold(npu_lazy
     import torch
 
     with npu_lazy.phase("dynamo"):
-        import torch._dynamo  # noqa: F401
-        import torch._inductor.compile_fx  # noqa: F401
+        import torch._dynamo
+        import torch._inductor.compile_fx
     assert npu_lazy.ran(DYNAMO_SETUP)
     npu_lazy.assert_not_loaded("torch_npu._inductor", "torch_npu.utils._graph_tree")
     early = {name: where_defined(value) for name, value in _inductor_patch_owners().items() if value is not None}

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from facts import DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup, npu_kernel_boundary, present
+from facts import DYNAMO_SETUP, INDUCTOR_SETUP, needs_deferred_setup, npu_kernel_boundary
 
 pytestmark = [needs_deferred_setup, pytest.mark.requires_npu(emulated=True),
               pytest.mark.npu_lazy(preload=["torch", "torch_npu"])]

@@ -285,7 +285,6 @@ def test_master_dynamo_patches(npu_lazy):
 @pytest.mark.npu_lazy(preload=["torch", "torch_npu"])
 def test_npu_device_interface_counts_devices(npu_lazy):
     """Needs a device: the NPU interface that the Dynamo set-up registers reports the NPUs."""
-    import torch._dynamo
     from torch._dynamo.device_interface import get_interface_for_device
 
     assert npu_lazy.ran(DYNAMO_SETUP), "importing torch._dynamo did not run the NPU Dynamo set-up"

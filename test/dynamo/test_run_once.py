@@ -86,7 +86,7 @@ def test_a_second_thread_waits_for_the_running_call_and_runs_it_only_if_that_fai
     def call(name):
         try:
             outcomes[name] = setup()
-        except Exception as exc:  # noqa: BLE001 - the first run's failure is an outcome here
+        except Exception as exc:
             outcomes[name] = exc
 
     first = threading.Thread(target=call, args=("first",), daemon=True)

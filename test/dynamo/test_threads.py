@@ -46,7 +46,7 @@ def test_import_torch_npu_from_several_threads_at_once(npu_lazy):
             import torch_npu
 
             seen[index] = (torch_npu, callable(getattr(torch_npu, "_autoload", None)), torch_npu.npu.is_available())
-        except BaseException as exc:  # noqa: BLE001 - reported with its thread below
+        except BaseException as exc:
             seen[index] = exc
 
     threads = [threading.Thread(target=import_it, args=(i,), name=f"importer-{i}") for i in range(THREADS)]
@@ -111,7 +111,7 @@ def test_a_first_call_while_another_thread_imports_npu_inductor_sees_no_half_set
         try:
             work()
             outcomes[name] = "ok"
-        except BaseException as exc:  # noqa: BLE001 - compared below
+        except BaseException as exc:
             outcomes[name] = _root(exc)
 
     def first_call() -> None:

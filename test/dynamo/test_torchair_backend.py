@@ -91,7 +91,7 @@ def test_a_backend_callable_passed_directly_builds_torchair_at_the_first_call_an
 def test_without_torchairs_proxy_the_npu_backend_says_torchair_is_missing(monkeypatch):
     """The proxy is removed after the Dynamo set-up (which installs it again when it is missing)."""
     import torch
-    import torch._dynamo  # noqa: F401  (the post-import trigger runs the Dynamo set-up)
+    import torch._dynamo
 
     monkeypatch.delitem(sys.modules, "torchair")
     first, _ = _models(torch)

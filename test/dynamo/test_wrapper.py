@@ -41,7 +41,6 @@ def test_wrapper_with_triton_lacking_the_ascend_extension(npu_lazy):
     import, and torch treats Triton as absent. Either way the wrapper must
     be created without touching the Ascend extension.
     """
-    import torch
     import torch_npu  # noqa: F401
 
     npu_lazy.compile(lambda x: x * 2, backend="inductor")

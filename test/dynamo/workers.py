@@ -46,7 +46,7 @@ def first_compiled_call() -> dict:
         out = torch.compile(lambda t: torch.cos(t) * 3 - 1, backend="inductor")(x)
         report["equals_eager"] = bool(torch.allclose(out, torch.cos(x) * 3 - 1))
         report["error"] = None
-    except Exception as exc:  # noqa: BLE001 - the worker's failure is the report
+    except Exception as exc:
         root = exc
         while getattr(root, "inner_exception", None) or root.__cause__:
             root = getattr(root, "inner_exception", None) or root.__cause__

@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))  # testutils and ops, for the tests
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))  # test/ci_variable.py, shared with test/dynamo
 
-from ci_variable import without_ci_variable  # noqa: E402,F401 (an autouse fixture, for every test here)
+from ci_variable import without_ci_variable  # noqa: F401 (an autouse fixture, for every test here)
 
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # as test/dynamo: no compile-worker pool
 

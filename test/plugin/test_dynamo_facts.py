@@ -10,7 +10,7 @@ import pytest
 from packaging.version import Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "dynamo"))
-import facts  # noqa: E402
+import facts
 
 
 @pytest.mark.parametrize(("version", "applies"), [

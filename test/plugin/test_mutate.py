@@ -26,7 +26,7 @@ from pytest_npu_lazy.mutate.config import ConfigError, digest, load
 from pytest_npu_lazy.mutate.runs import SITE_DIR
 from pytest_npu_lazy.mutate.session import MutationPass
 
-from mutate_library import LIBRARY  # noqa: E402  (shared with test_shard.py)
+from mutate_library import LIBRARY
 
 TESTS = '''
 import sys

@@ -156,7 +156,7 @@ def _observe(call) -> tuple:
         result = call()
     except subprocess.TimeoutExpired as exc:
         return ("TimeoutExpired", exc.cmd, exc.timeout, exc.output, exc.stderr)
-    except Exception as exc:  # noqa: BLE001 - the type and text must match
+    except Exception as exc:
         return (type(exc).__name__, str(exc))
     return ("CompletedProcess", result.args, result.returncode, result.stdout, result.stderr)
 

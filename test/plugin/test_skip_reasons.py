@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 
 TEST = Path(__file__).resolve().parents[1]
 SUITES = ("plugin", "dynamo", "upstream")

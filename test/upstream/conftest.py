@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))  # test/breakage.
 # (which would cost every first call a fresh interpreter importing torch, outside the process checked).
 os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
 
-import pytest  # noqa: E402
+import pytest
 
 #: set to 1, every isolated test here runs with triton made absent, as on the day upstream stops importing it
 #: at wrapper creation: test/plugin/test_upstream_flip.py shows the strict xfail then failing the run

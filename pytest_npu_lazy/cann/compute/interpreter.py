@@ -66,7 +66,7 @@ import os
 import sys
 import types
 
-from . import batching
+from . import batching, loops
 from .gap import NEEDS_A_DEVICE, InterpreterGap, MissingAttribute
 from .ledger import LEDGER, LOST, TRITON_INTERPRETER
 
@@ -110,7 +110,7 @@ def planned() -> list[str]:
         bridges.append("one-element index (where NumPy refuses it)")
     if '== "constexpr"' in source:
         bridges.append("constexpr annotations")
-    return bridges + ["device numerics", "device reductions", "arguments aliased"]
+    return bridges + ["device numerics", "device reductions", "reduction loops folded", "arguments aliased"]
 
 
 #: what compute mode needs besides torch_npu, as the extra that brings it
@@ -314,6 +314,8 @@ def install_interpreter_shims(_loaded: str = "triton.runtime.interpreter") -> No
         k, programs = batching.merge_factor(self, args_dev, kwargs)
         LEDGER.record(TRITON_INTERPRETER, kernel, f"{grid}; {programs}{said}",
                       wrote=_written(self.arg_names, args_dev, kwargs, storage_range))
+        entry = len(LEDGER.entries) - 1
+        loops.NOTES.clear()
         import numpy
 
         # a device computes IEEE infinities and NaNs (log(0), 1/0) without a word; NumPy, evaluating the kernel
@@ -327,6 +329,9 @@ def install_interpreter_shims(_loaded: str = "triton.runtime.interpreter") -> No
                 return original_call(self, *args_dev, **kwargs)
         finally:
             self.grid = launched
+            ran = sorted(set(loops.NOTES)) or [loops.decided(self.fn)]
+            if any(ran):
+                LEDGER.add_detail(entry, "; ".join(n for n in ran if n))
 
     executor._init_args_hst = init_args_hst
     executor._restore_args_dev = restore_args_dev
@@ -339,6 +344,9 @@ def install_interpreter_shims(_loaded: str = "triton.runtime.interpreter") -> No
 
     _IN_FORCE["device numerics"] = "; ".join(numerics.install(interpreter))
     _IN_FORCE["device reductions"] = "; ".join(reductions.install(interpreter))
+    folded = loops.install(interpreter)
+    if folded:
+        _IN_FORCE["reduction loops folded"] = folded
     builder_type = type(interpreter.interpreter_builder)
     builder_type.create_extern_elementwise = libdevice.extern_elementwise
     if not hasattr(builder_type, "get_int1_ty"):

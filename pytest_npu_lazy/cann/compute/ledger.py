@@ -52,6 +52,11 @@ class Ledger:
     def record(self, by: str, name: str, detail: str = "", wrote: tuple[tuple[int, int], ...] = ()) -> None:
         self.entries.append(Computation(by, name, time.perf_counter(), detail, wrote))
 
+    def add_detail(self, index: int, more: str) -> None:
+        """Append to entry ``index``'s detail what was learnt while it ran (how an interpreted kernel's loops ran)."""
+        entry = self.entries[index]
+        self.entries[index] = Computation(entry.by, entry.name, entry.stamp, f"{entry.detail}; {more}", entry.wrote)
+
     def since(self, index: int) -> list[Computation]:
         return self.entries[index:]
 

@@ -1,0 +1,433 @@
+"""A reduction loop's iterations run together where that provably changes no value: the same sums, in the same order.
+
+Inductor writes a reduction too long for one block as a loop over chunks of ``R0_BLOCK`` elements
+(``for r0_offset in tl.range(0, r0_numel, R0_BLOCK)``) that folds each chunk into an accumulator of
+``[XBLOCK, R0_BLOCK]`` lanes, and reduces the lanes after the loop. The interpreter runs each iteration
+as Python over NumPy arrays of one chunk: torch_npu's ``test_sum.py`` sums 999,983 elements with a kernel
+compiled for 8, 125,000 iterations of about a hundred microseconds each.
+
+Lane ``j`` of the accumulator folds elements ``j, j + R0_BLOCK, j + 2 * R0_BLOCK, ...`` one after
+another. Here ``L`` iterations run as one: the loop's body computes a chunk ``L`` times as wide (its
+loads and pointwise operations give each element the value they gave it in its own iteration), and
+the accumulator folds the wide chunk's ``L`` slices into its lanes in iteration order
+(:func:`fold`): ``np.add.accumulate``, which adds one slice after another by definition, never
+pairwise; a masked element adds ``-0.0`` (or ``0``), which leaves every value, ``-0.0`` and NaN
+included, as the original ``tl.where`` kept it. Bit for bit what the loop computes, read from the
+kernel's source before it is allowed (:func:`plan_loop`):
+
+- the loop is ``for OFFSET in tl.range(0, NUMEL, STEP)`` (or ``range``) at the kernel's top level,
+  ``STEP`` a parameter; its body only assigns names and loads (no stores, branches, nested loops,
+  reductions, scans, atomics, or calls this check cannot read: :mod:`.batching`'s rules);
+- every value carried from one iteration to the next is an accumulator updated as Inductor writes a
+  sum, ``tmp = acc + value`` then ``acc = tl.where(mask, tmp, acc)`` (or ``acc = tmp``), and read
+  nowhere else; nothing else computed in the loop is read after it;
+- ``STEP`` appears in the body only as a block size (``tl.arange``, ``tl.full``, ``broadcast_to``), the
+  offset only added to a lane index (``r0_offset + r0_base``), and no value made before the loop with the
+  chunk's shape is read in it (other than the lane index, which is remade wide).
+
+At run time ``L`` is the largest divisor of the iteration count that keeps the wide chunk within
+:data:`.batching.MAX_BLOCK_ELEMENTS` (so the wide loop covers exactly the original iterations, no more);
+where that is 1, or an accumulator's last axis is not ``STEP``, the original loop runs, kept verbatim
+beside the wide one. Float32/float64/int32/int64 accumulators fold with NumPy; any other type folds
+slice by slice with the interpreter's own operations (exact, slower). Anything else about the kernel runs
+as written. The ledger's detail of each launch says how its loops ran. ``PYTEST_NPU_LAZY_LOOPS_ONE_BY_ONE=1``
+runs every loop iteration by iteration (the benchmark compares).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import os
+
+from .batching import (_BUILTINS, _HELPER_MODULES, _HELPER_REDUCTIONS, _MOVES_VALUES, _ORDERED, _ROW_METHODS,
+                       _TL_REDUCTIONS, MAX_BLOCK_ELEMENTS, _axis, _call_name)
+
+#: run every reduction loop iteration by iteration (``1``): the interpreter's own schedule, for comparison
+ONE_BY_ONE_ENV = "PYTEST_NPU_LAZY_LOOPS_ONE_BY_ONE"
+#: the names the rewritten kernel calls (put in its module's globals)
+WIDTH, FOLD = "__npu_lazy_loop_width", "__npu_lazy_loop_fold"
+#: calls where a block size may appear (as a size, not a number computed with)
+_SIZED = {"arange", "full", "zeros", "broadcast_to"}
+#: what each launch's loops did, said by :func:`loop_width` while the kernel runs (read by the launch)
+NOTES: list[str] = []
+
+
+def _reads(node: ast.AST) -> list[str]:
+    return [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+
+
+def _target(statement: ast.stmt) -> str | None:
+    """The one name an ``x = ...`` or ``x: T = ...`` statement assigns, else None."""
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
+        return statement.targets[0].id
+    if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and statement.value is not None:
+        return statement.target.id
+    return None
+
+
+def _value(statement: ast.stmt) -> ast.expr:
+    """What an assignment or expression statement evaluates (the statements a foldable loop holds)."""
+    value = getattr(statement, "value", None)
+    return value if isinstance(value, ast.expr) else ast.Constant(None)
+
+
+def _assigned(statements: list[ast.stmt]) -> set[str]:
+    return {n.id for s in statements for n in ast.walk(s) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+
+
+def _call_problem(call: ast.Call) -> str | None:
+    """Why a call inside a loop could relate two elements of a chunk (or cannot be read), else None."""
+    owner, name = _call_name(call)
+    if name in _TL_REDUCTIONS or (owner == "triton_helpers" and name in _HELPER_REDUCTIONS):
+        return f"{owner or ''}{'.' if owner else ''}{name} reduces inside the loop"
+    if name.startswith("atomic_") or name in _ORDERED or name in _MOVES_VALUES:
+        return f"{name} inside the loop"
+    if name == "store":
+        return "it stores inside the loop"
+    if owner is None:
+        return None if name in _BUILTINS else f"it calls {name}(), which this check cannot read"
+    if owner in _HELPER_MODULES or name in _ROW_METHODS:
+        return None
+    return f"it calls {owner}.{name}, which this check cannot read"
+
+
+def _untainted_reads(node: ast.AST) -> list[str]:
+    """Names read by ``node`` outside any reduction along the last axis (whose result has no chunk-shaped axis)."""
+    if isinstance(node, ast.Call):
+        owner, name = _call_name(node)
+        position = (_HELPER_REDUCTIONS.get(name) if owner == "triton_helpers"
+                    else 1 if name in _TL_REDUCTIONS and owner in _HELPER_MODULES else None)
+        if position is not None and (_axis(node, position) or 0) >= 1:
+            return []
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+        return [node.id]
+    return [name for child in ast.iter_child_nodes(node) for name in _untainted_reads(child)]
+
+
+def _sizes_only(node: ast.AST, names: set[str]) -> bool:
+    """Every read of ``names`` in ``node`` is an argument of a call that takes block sizes."""
+    parents = {child: parent for parent in ast.walk(node) for child in ast.iter_child_nodes(parent)}
+    for leaf in ast.walk(node):
+        if isinstance(leaf, ast.Name) and leaf.id in names and isinstance(leaf.ctx, ast.Load):
+            up = parents.get(leaf)
+            while isinstance(up, (ast.List, ast.Tuple)):
+                up = parents.get(up)
+            if not (isinstance(up, ast.Call) and _call_name(up)[1] in _SIZED):
+                return False
+    return True
+
+
+class _Rename(ast.NodeTransformer):
+    def __init__(self, names: dict[str, str]) -> None:
+        self.names = names
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        if isinstance(node.ctx, ast.Load) and node.id in self.names:
+            return ast.copy_location(ast.Name(self.names[node.id], ast.Load()), node)
+        return node
+
+
+def plan_loop(statements: list[ast.stmt], index: int, parameters: set[str]) -> tuple[list[ast.stmt] | None, str]:
+    """The statements that replace the loop ``statements[index]`` of a kernel's top level (the chunk's width, then
+    an ``if`` choosing the wide loop or the original one at run time), or None and why the loop must run iteration
+    by iteration."""
+    loop = statements[index]
+    if not isinstance(loop, ast.For) or loop.orelse or not isinstance(loop.target, ast.Name):
+        return None, "not a plain for loop"
+    iterator = loop.iter
+    if not (isinstance(iterator, ast.Call) and _call_name(iterator)[1] == "range" and len(iterator.args) == 3
+            and not iterator.keywords and isinstance(iterator.args[0], ast.Constant) and iterator.args[0].value == 0
+            and isinstance(iterator.args[2], ast.Name) and iterator.args[2].id in parameters):
+        return None, "not a loop tl.range(0, numel, BLOCK) over a block-size parameter"
+    offset, step, numel = loop.target.id, iterator.args[2].id, iterator.args[1]
+    body = loop.body
+    for statement in body:
+        if _target(statement) is None and not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call)):
+            return None, f"a {type(statement).__name__} statement in the loop"
+        for call in (n for n in ast.walk(statement) if isinstance(n, ast.Call)):
+            problem = _call_problem(call)
+            if problem:
+                return None, problem
+    before = statements[:index]
+    written = _assigned(body)
+    # values carried from one iteration to the next: read in the body before the body assigns them
+    carried: list[str] = []
+    seen: set[str] = set()
+    for statement in body:
+        carried += [n for n in _reads(_value(statement)) if n in written and n not in seen and n not in carried]
+        seen.add(_target(statement) or "")
+    defined_before = _assigned(before) | parameters
+    folds: dict[str, tuple[ast.expr, ast.expr | None, str]] = {}  # accumulator -> (value, mask, sum's name)
+    by_target = {_target(s): s for s in body if _target(s)}
+    for accumulator in carried:
+        update = by_target.get(accumulator)
+        if accumulator not in defined_before or sum(_target(s) == accumulator for s in body) != 1 or update is None:
+            return None, f"{accumulator} is carried from one iteration to the next, not made before the loop"
+        mask: ast.expr | None = None
+        chosen = _value(update)
+        if isinstance(chosen, ast.Call) and _call_name(chosen) == ("tl", "where") and len(chosen.args) == 3 \
+                and isinstance(chosen.args[2], ast.Name) and chosen.args[2].id == accumulator:
+            mask, chosen = chosen.args[0], chosen.args[1]
+        if not isinstance(chosen, ast.Name):
+            return None, f"{accumulator} is carried from one iteration to the next other than as a sum acc + value"
+        total = by_target.get(chosen.id) if sum(_target(s) == chosen.id for s in body) == 1 else None
+        combined = _value(total) if total is not None else None
+        if not (isinstance(combined, ast.BinOp) and isinstance(combined.op, ast.Add)
+                and isinstance(combined.left, ast.Name) and combined.left.id == accumulator):
+            return None, f"{accumulator} is carried from one iteration to the next other than as a sum acc + value"
+        body_reads = [n for s in body for n in _reads(s)]
+        if body_reads.count(accumulator) != (2 if mask is not None else 1) or body_reads.count(chosen.id) != 1:
+            return None, f"{accumulator} (or its sum {chosen.id}) is read in the loop other than to fold it"
+        folds[accumulator] = (combined.right, mask, chosen.id)
+    others = written - set(folds)
+    for statement in statements[index + 1:]:
+        late = [n for n in _reads(statement) if n in others]
+        if late:
+            return None, f"{late[0]}, computed in the loop, is read after it"
+        others -= _assigned([statement])
+    # block sizes and lane indices made before the loop: remade wide; any other chunk-shaped value refuses the loop
+    wide = f"{step}__wide"
+    renames, tainted = {step: wide}, {step}
+    remade: list[ast.stmt] = []
+    for statement in before:
+        name = _target(statement)
+        for reassigned in _assigned([statement]) - {step}:  # made again: what it was before no longer holds
+            renames.pop(reassigned, None)
+            remade = [r for r in remade if _target(r) != f"{reassigned}__wide"]
+        if isinstance(statement, ast.For):
+            tainted |= _assigned([statement])
+            continue
+        if name is None:
+            continue
+        value = _value(statement)
+        reads = set(_reads(value))
+        if name in folds:  # an accumulator's start: its lanes stay the chunk's, folded into, never remade
+            tainted.add(name)
+            continue
+        if isinstance(value, ast.Name) and value.id in renames:
+            renames[name] = renames[value.id]  # an alias of the block size (RBLOCK: tl.constexpr = R0_BLOCK)
+            tainted.add(name)
+        elif reads & set(renames) and _sizes_only(value, set(renames)) and not (reads & (tainted - set(renames))) \
+                and all(n in renames or n in parameters or n not in defined_before for n in reads):
+            renames[name] = f"{name}__wide"
+            copy_ = _Rename(renames).visit(copy.deepcopy(statement))
+            copy_.targets = [ast.Name(renames[name], ast.Store())] if isinstance(copy_, ast.Assign) else copy_.targets
+            if isinstance(copy_, ast.AnnAssign):
+                copy_.target = ast.Name(renames[name], ast.Store())
+            remade.append(copy_)
+            tainted.add(name)
+        elif set(_untainted_reads(value)) & tainted:
+            tainted.add(name)
+        else:
+            tainted.discard(name)
+    for statement in body:
+        for name in _reads(statement):
+            if name in tainted and name not in renames and name not in folds and name not in written | {offset}:
+                return None, f"{name}, made before the loop, has the chunk's shape"
+        if not _sizes_only(statement, {n for n, w in renames.items() if w == wide}):
+            return None, f"{step} is used in the loop other than as a block size"
+    offsets = {offset} | {_target(s) or "" for s in body if isinstance(_value(s), ast.Name)
+                          and _value(s).id == offset}  # type: ignore[attr-defined]
+    for statement in body:
+        parents = {child: parent for parent in ast.walk(statement) for child in ast.iter_child_nodes(parent)}
+        for leaf in ast.walk(statement):
+            if isinstance(leaf, ast.Name) and leaf.id in offsets and isinstance(leaf.ctx, ast.Load) \
+                    and leaf is not _value(statement):
+                up = parents.get(leaf)
+                other = (up.right if up.left is leaf else up.left) if isinstance(up, ast.BinOp) else None
+                if not (isinstance(up, ast.BinOp) and isinstance(up.op, ast.Add) and isinstance(other, ast.Name)
+                        and renames.get(other.id, "").endswith("__wide")):
+                    return None, f"the loop's offset {leaf.id} is used other than added to a lane index"
+    if not folds:
+        return None, "no accumulator to fold (nothing carried from one iteration to the next)"
+    return _rewritten(loop, step, wide, numel, renames, remade, folds), "iterations together"
+
+
+def _rewritten(loop: ast.For, step: str, wide: str, numel: ast.expr, renames: dict[str, str], remade: list[ast.stmt],
+               folds: dict[str, tuple[ast.expr, ast.expr | None, str]]) -> list[ast.stmt]:
+    totals = {total for _, _, total in folds.values()}
+    wide_loop = copy.deepcopy(loop)
+    assert isinstance(wide_loop.iter, ast.Call) and isinstance(loop.target, ast.Name)  # plan_loop checked both
+    wide_loop.iter.args[2] = ast.Name(wide, ast.Load())
+    body = []
+    for statement in wide_loop.body:
+        name = _target(statement)
+        if name in totals:
+            continue
+        statement = _Rename(renames).visit(statement)
+        if name in folds:
+            value, mask, _ = folds[name]
+            arguments = [ast.Name(name, ast.Load()), _Rename(renames).visit(copy.deepcopy(value)),
+                         _Rename(renames).visit(copy.deepcopy(mask)) if mask is not None else ast.Constant(None),
+                         ast.Name(step, ast.Load()), ast.Name(wide, ast.Load())]
+            statement.value = ast.Call(ast.Name(FOLD, ast.Load()), arguments, [])
+        body.append(statement)
+    wide_loop.body = body
+    width = ast.AnnAssign(ast.Name(wide, ast.Store()), ast.Attribute(ast.Name("tl", ast.Load()), "constexpr", ast.Load()),
+                          ast.Call(ast.Name(WIDTH, ast.Load()), [copy.deepcopy(numel), ast.Name(step, ast.Load()),
+                                   ast.Constant(loop.target.id)] + [ast.Name(a, ast.Load()) for a in folds], []),
+                          simple=1)
+    chosen = ast.If(ast.Compare(ast.Name(wide, ast.Load()), [ast.NotEq()], [ast.Name(step, ast.Load())]),
+                    remade + [wide_loop], [loop])
+    for node in (width, chosen):
+        ast.copy_location(node, loop)
+        ast.fix_missing_locations(node)
+    return [width, chosen]
+
+
+def fold_loops(function: ast.FunctionDef) -> list[str]:
+    """Rewrite, in place, each top-level loop of a kernel that may run its iterations together; per loop, what
+    was decided (``over r0_offset: iterations together`` or why not)."""
+    statements = list(function.body)
+    parameters = {a.arg for a in function.args.args + function.args.kwonlyargs}
+    said, body = [], []
+    for index, statement in enumerate(statements):
+        if not isinstance(statement, ast.For):
+            body.append(statement)
+            continue
+        replacement, reason = plan_loop(statements, index, parameters)
+        target = statement.target.id if isinstance(statement.target, ast.Name) else "?"
+        said.append(f"loop over {target}: {reason}")
+        body += replacement if replacement is not None else [statement]
+    function.body = body
+    return said
+
+
+# --------------------------------------------------------------------------- run time, inside the kernel
+
+
+def _number(value) -> int:
+    """An interpreted scalar (a one-element tensor), a ``tl.constexpr`` or a plain int, as an int."""
+    handle = getattr(value, "handle", None)
+    if handle is not None:
+        return int(handle.data.reshape(-1)[0])
+    return int(getattr(value, "value", value))
+
+
+def _largest_divisor(count: int, most: int) -> int:
+    best = 1
+    divisor = 1
+    while divisor * divisor <= count:
+        if count % divisor == 0:
+            for candidate in (divisor, count // divisor):
+                if best < candidate <= most:
+                    best = candidate
+        divisor += 1
+    return best
+
+
+def loop_width(numel, step: int, offset: str, *accumulators) -> int:
+    """The chunk the loop over ``offset`` takes at a time: ``step`` times the most iterations that divide the
+    loop and fit the block limit, or ``step`` itself (the original loop runs)."""
+    if os.environ.get(ONE_BY_ONE_ENV) == "1":
+        NOTES.append(f"loop over {offset} iteration by iteration ({ONE_BY_ONE_ENV}=1)")
+        return step
+    count = max(0, -(-_number(numel) // step))
+    shapes = [tuple(a.handle.data.shape) for a in accumulators]
+    if any(not shape or shape[-1] != step for shape in shapes):
+        NOTES.append(f"loop over {offset} iteration by iteration: an accumulator's last axis is not {step}")
+        return step
+    per_iteration = max(int(_product(shape)) for shape in shapes)
+    together = _largest_divisor(count, max(1, MAX_BLOCK_ELEMENTS // per_iteration))
+    if together == 1:
+        NOTES.append(f"loop over {offset} iteration by iteration: {count} iterations, no divisor fits")
+        return step
+    NOTES.append(f"loop over {offset}: {count} iterations as {count // together} of {together} together")
+    return step * together
+
+
+def _product(shape) -> int:
+    result = 1
+    for size in shape:
+        result *= size
+    return result
+
+
+#: accumulators NumPy adds exactly as the interpreter's ``+`` does (IEEE, or wrapping integers)
+_NUMPY_EXACT = {"fp32", "fp64", "int32", "int64"}
+
+
+def fold(accumulator, value, mask, step: int, width: int):
+    """``accumulator`` after folding each ``step``-wide slice of the wide ``value`` into it in order, where
+    ``mask`` holds: what ``acc = tl.where(mask, acc + value_i, acc)`` gives, iteration after iteration."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    acc = accumulator.handle.data
+    wide_shape = acc.shape[:-1] + (width,)
+    together = wide_shape[-1] // step
+    dtype = accumulator.dtype
+    values = np.broadcast_to(_data(value), wide_shape)
+    masks = np.broadcast_to(_data(mask) if mask is not None else np.bool_(True), wide_shape)
+    exact = (str(dtype) in _NUMPY_EXACT and isinstance(value, tl.tensor) and value.dtype == dtype
+             and (mask is None or (isinstance(mask, tl.tensor) and mask.dtype == tl.int1)))
+    if exact:
+        identity = np.array(-0.0 if dtype.is_floating() else 0, dtype=acc.dtype)
+        added = np.where(masks, values, identity).reshape(acc.shape[:-1] + (together, step))
+        stacked = np.concatenate([acc[..., None, :], added], axis=-2)
+        result = np.add.accumulate(stacked, axis=-2, dtype=acc.dtype)[..., -1, :]
+        return tl.tensor(TensorHandle(np.ascontiguousarray(result), dtype), accumulator.type)
+    for i in range(together):  # slice by slice, with the interpreter's own + and where (its numerics included)
+        piece = slice(i * step, (i + 1) * step)
+        part = _block(values[..., piece], value)
+        total = accumulator + part
+        accumulator = total if mask is None else tl.where(_block(masks[..., piece], mask), total, accumulator)
+    return accumulator
+
+
+def _data(value):
+    handle = getattr(value, "handle", None)
+    return handle.data if handle is not None else value
+
+
+def _block(data, like):
+    """A slice of a wide operand as an interpreted tensor of the operand's type (a plain value stays as it is)."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    if not isinstance(like, tl.tensor):
+        return like
+    scalar = like.dtype
+    return tl.tensor(TensorHandle(np.ascontiguousarray(data), scalar), tl.block_type(scalar, list(data.shape)))
+
+
+def install(interpreter) -> str | None:
+    """Rewrite each kernel's foldable loops as the interpreter rewrites its source (once per kernel); what stands."""
+    rewriter = interpreter.FunctionRewriter
+    if getattr(rewriter, "_npu_lazy_loops", False):
+        return None
+    if not all(hasattr(rewriter, n) for n in ("_transform_ast", "ast_transformer")):
+        return None  # another interpreter: its loops run as written
+
+    def _transform_ast(self, src):
+        parsed = ast.parse(src)
+        function = parsed.body[0] if parsed.body else None
+        if isinstance(function, ast.FunctionDef):
+            said = fold_loops(function)
+            if said:
+                DECIDED[(self.filename, self.def_file_lineno)] = "; ".join(said)
+                globals_ = self.fn.__globals__
+                globals_.setdefault(WIDTH, loop_width)
+                globals_.setdefault(FOLD, fold)
+        transformed = self.ast_transformer.visit(parsed)
+        ast.fix_missing_locations(transformed)
+        ast.increment_lineno(transformed, self.def_file_lineno - 1)
+        return transformed
+
+    rewriter._transform_ast = _transform_ast
+    rewriter._npu_lazy_loops = True
+    return ("a reduction loop's iterations run together where its source shows a sum folded lane by lane "
+            "(the same additions in the same order: pytest_npu_lazy.cann.compute.loops)")
+
+
+#: (file, line of the def) of each rewritten kernel -> what was decided about its loops
+DECIDED: dict[tuple[str, int], str] = {}
+
+
+def decided(fn) -> str:
+    """What :func:`fold_loops` decided about the loops of the interpreter's rewritten function ``fn``."""
+    code = getattr(fn, "__code__", None)
+    return DECIDED.get((code.co_filename, code.co_firstlineno), "") if code is not None else ""

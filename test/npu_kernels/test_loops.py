@@ -1,0 +1,135 @@
+"""A reduction loop's iterations run together give the same bits as run one by one, and the ledger says so.
+
+Compute mode folds ``L`` iterations of an Inductor reduction loop into one wide chunk where the kernel's
+source shows a sum folded lane by lane (pytest_npu_lazy/cann/compute/loops.py; the kernels it refuses are
+test/plugin/test_compute_loops.py). Here torch_npu's own generated kernels, compiled for a short reduction
+and then called with a long one (torch_npu's ``test_sum.py`` does this: 8 elements, then 999,983), run both
+ways on the emulated NPU that computes: every output bit equal, over values with NaN, infinities, signed
+zeros and subnormals, and each wide launch did fold (a comparison of two one-by-one runs would pass and
+prove nothing).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from testutils import MARKS, kernels_since
+
+
+pytestmark = MARKS
+
+
+def _special(tensor):
+    """Values a reordered or pairwise sum would change the bits of: huge and tiny magnitudes, -0.0, subnormals."""
+
+    if not tensor.is_floating_point():
+        return tensor
+    flat = tensor.view(-1)
+    flat[::7] *= 1e30
+    flat[3::11] = -0.0
+    flat[5::13] = 1e-41
+    return tensor
+
+
+CASES = {
+    # name: (short shape, long shape, dtype, function, what the long call's loop must say)
+    "sum_1d": ((8,), (999_983,), "float32", lambda a: a.sum(), "together"),
+    "sum_1d_nan_inf": ((8,), (65_536,), "float32", lambda a: a.sum(), "together"),
+    "sum_rows": ((3, 8), (3, 40_000), "float32", lambda a: a.sum(1), "together"),
+    "sum_int32": ((8,), (100_000,), "int32", lambda a: a.sum(), "together"),
+    "sum_int64": ((8,), (100_000,), "int64", lambda a: a.sum(), "together"),
+    "sum_float16": ((8,), (100_000,), "float16", lambda a: a.sum(), "together"),
+    "mean": ((8,), (100_000,), "float32", lambda a: a.mean(), "together"),
+    # 32,771 iterations (a prime) of 8: no count of them but 1 divides the loop and fits a chunk's limit
+    "sum_prime_iterations": ((8,), (8 * 32_771,), "float32", lambda a: a.sum(), "no divisor fits"),
+}
+
+
+def _input(shape, dtype, name):
+    import torch
+
+    if dtype.startswith("int"):
+        tensor = torch.randint(-2**30, 2**30, shape, dtype=getattr(torch, dtype))  # int32 sums wrap, as the device's
+    else:
+        tensor = _special(torch.randn(shape, dtype=torch.float32) * 1000).to(getattr(torch, dtype))
+    if name == "sum_1d_nan_inf" and tensor.numel() > 1000:
+        tensor.view(-1)[100] = float("nan")
+        tensor.view(-1)[200::5000] = float("inf")
+    return tensor.npu()
+
+
+def _bits(tensor):
+    import torch
+
+    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
+    return tensor.cpu().contiguous().view(view)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_loop_iterations_run_together_give_the_bits_of_iterations_run_one_by_one(name, monkeypatch):
+    import torch
+
+    from pytest_npu_lazy.cann.compute import LEDGER, TRITON_INTERPRETER
+    from pytest_npu_lazy.cann.compute.loops import ONE_BY_ONE_ENV
+
+    short, long, dtype, fn, expected = CASES[name]
+    x = _input(long, dtype, name)
+    results, details = {}, {}
+    for schedule in ("1", "0"):
+        monkeypatch.setenv(ONE_BY_ONE_ENV, schedule)
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="inductor", dynamic=True)
+        compiled(_input(short, dtype, name))  # compiled for the short reduction: its loop takes small chunks
+        start = len(LEDGER.since(0))
+        results[schedule] = compiled(x)
+        assert kernels_since(start), "no Triton kernel ran: nothing was compared"
+        details[schedule] = [e.detail for e in LEDGER.since(start) if e.by == TRITON_INTERPRETER]
+    assert any("iteration by iteration (" in d for d in details["1"]), details["1"]
+    assert any(expected in d for d in details["0"]), f"the loop did not say {expected!r}: {details['0']}"
+    same = torch.equal(_bits(results["0"]), _bits(results["1"]))
+    assert same, (f"{name}: loop iterations run together differ from one by one: {results['0']} against "
+                  f"{results['1']} ({details['0']})")
+
+
+#: a loop written by hand as Inductor writes one, with an accumulator of the type asked (float16, bfloat16: the
+#: interpreter's own + and where fold them slice by slice; float32: NumPy)
+KERNEL_DTYPES = ("float16", "bfloat16", "float32")
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES)
+def test_a_loop_of_any_accumulator_type_folds_to_the_bits_of_its_iterations(dtype, monkeypatch):
+    import torch
+    import triton
+    import triton.language as tl
+
+    from pytest_npu_lazy.cann.compute import LEDGER, TRITON_INTERPRETER
+    from pytest_npu_lazy.cann.compute.loops import ONE_BY_ONE_ENV
+
+    @triton.jit
+    def row_sum(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK: tl.constexpr, R0_BLOCK: tl.constexpr):
+        xoffset = tl.program_id(0) * XBLOCK
+        xindex = xoffset + tl.arange(0, XBLOCK)[:, None]
+        xmask = xindex < xnumel
+        r0_base = tl.arange(0, R0_BLOCK)[None, :]
+        _tmp2 = tl.full([XBLOCK, R0_BLOCK], 0, in_ptr0.dtype.element_ty)
+        for r0_offset in tl.range(0, r0_numel, R0_BLOCK):
+            r0_index = r0_offset + r0_base
+            r0_mask = r0_index < r0_numel
+            tmp0 = tl.load(in_ptr0 + (r0_index + r0_numel * xindex), r0_mask & xmask, other=0.0)
+            tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])
+            tmp3 = _tmp2 + tmp1
+            _tmp2 = tl.where(r0_mask & xmask, tmp3, _tmp2)
+        tmp2 = tl.sum(_tmp2, 1)[:, None]
+        tl.store(out_ptr0 + xindex, tmp2, xmask)
+
+    x = _special(torch.randn(3, 4000) * 100).to(getattr(torch, dtype)).npu()
+    outputs, details = {}, {}
+    for schedule in ("1", "0"):
+        monkeypatch.setenv(ONE_BY_ONE_ENV, schedule)
+        out = torch.empty(3, dtype=x.dtype).npu()
+        start = len(LEDGER.since(0))
+        row_sum[(1,)](x, out, 3, 4000, XBLOCK=4, R0_BLOCK=16)
+        outputs[schedule] = out
+        details[schedule] = [e.detail for e in LEDGER.since(start) if e.by == TRITON_INTERPRETER]
+    assert any("250 iterations as" in d for d in details["0"]), details["0"]
+    assert torch.equal(_bits(outputs["0"]), _bits(outputs["1"])), (outputs["0"], outputs["1"], details["0"])
