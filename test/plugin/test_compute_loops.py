@@ -83,6 +83,12 @@ def test_a_sum_without_a_mask_folds_too():
      "R0_BLOCK is used in the loop other than as a block size"),
     (("tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])", "tmp1 = tl.broadcast_to(tmp0 * RBLOCK, [XBLOCK, R0_BLOCK])"),
      "R0_BLOCK is used in the loop other than as a block size"),
+    (("tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])", "tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK]) "
+      "* tl.full([XBLOCK, R0_BLOCK], R0_BLOCK, tl.float32)"), "R0_BLOCK is used in the loop other than as a block size"),
+    (("tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])", "tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK]) "
+      "+ tl.arange(R0_BLOCK, 2 * R0_BLOCK)[None, :]"), "R0_BLOCK is used in the loop other than as a block size"),
+    (("tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])", "tmp1 = tl.broadcast_to(tmp0, shape=[XBLOCK, R0_BLOCK])"),
+     None),  # a size by keyword: still a size
     (("roffset = r0_offset", "roffset = r0_offset == 0"), "the loop's offset r0_offset is used other than added"),
     (("tmp2 = tl.sum(_tmp2, 1)[:, None]", "tmp2 = tl.sum(_tmp2, 1)[:, None] + tl.sum(tmp1, 1)[:, None]"),
      "tmp1, computed in the loop, is read after it"),

@@ -105,15 +105,32 @@ def _untainted_reads(node: ast.AST) -> list[str]:
     return [name for child in ast.iter_child_nodes(node) for name in _untainted_reads(child)]
 
 
+def _as_size(call: ast.Call, argument: ast.AST) -> bool:
+    """Whether ``argument`` (a direct argument of ``call``) is where the call takes a block size: the end of
+    ``tl.arange(0, end)``, the shape of ``tl.full``/``tl.zeros``, a size of ``broadcast_to`` (not a fill value)."""
+    name = _call_name(call)[1]
+    keyword = next((k.arg for k in call.keywords if k.value is argument), None)
+    position = next((i for i, a in enumerate(call.args) if a is argument), None)
+    if name == "arange":
+        start = call.args[0] if call.args else None
+        return position == 1 and isinstance(start, ast.Constant) and start.value == 0
+    if name in ("full", "zeros"):
+        return position == 0 or keyword == "shape"
+    return name == "broadcast_to" and ((position or 0) >= 1 or keyword == "shape")
+
+
 def _sizes_only(node: ast.AST, names: set[str]) -> bool:
-    """Every read of ``names`` in ``node`` is an argument of a call that takes block sizes."""
+    """Every read of ``names`` in ``node`` is where a call takes a block size (:func:`_as_size`)."""
     parents = {child: parent for parent in ast.walk(node) for child in ast.iter_child_nodes(parent)}
     for leaf in ast.walk(node):
         if isinstance(leaf, ast.Name) and leaf.id in names and isinstance(leaf.ctx, ast.Load):
+            argument: ast.AST = leaf
             up = parents.get(leaf)
             while isinstance(up, (ast.List, ast.Tuple)):
+                argument, up = up, parents.get(up)
+            if isinstance(up, ast.keyword):  # shape=[...]: the keyword's value is the argument
                 up = parents.get(up)
-            if not (isinstance(up, ast.Call) and _call_name(up)[1] in _SIZED):
+            if not (isinstance(up, ast.Call) and _call_name(up)[1] in _SIZED and _as_size(up, argument)):
                 return False
     return True
 
@@ -209,7 +226,8 @@ def plan_loop(statements: list[ast.stmt], index: int, parameters: set[str]) -> t
             renames[name] = renames[value.id]  # an alias of the block size (RBLOCK: tl.constexpr = R0_BLOCK)
             tainted.add(name)
         elif reads & set(renames) and _sizes_only(value, set(renames)) and not (reads & (tainted - set(renames))) \
-                and all(n in renames or n in parameters or n not in defined_before for n in reads):
+                and all(n in renames or (n in parameters and n not in _assigned(before)) or n not in defined_before
+                        for n in reads):
             renames[name] = f"{name}__wide"
             copy_ = _Rename(renames).visit(copy.deepcopy(statement))
             copy_.targets = [ast.Name(renames[name], ast.Store())] if isinstance(copy_, ast.Assign) else copy_.targets
