@@ -181,3 +181,22 @@ def test_a_check_names_where_the_compiled_code_ran():
                                                              {"by": "host ATen kernel", "name": "aten.addmm"}]}))
     assert "1 output by Triton kernel(s) in Triton's interpreter (triton_poi_0)" in mixed, mixed
     assert "1 output by the host's ATen (aten.addmm)" in mixed, mixed
+
+
+def test_the_tally_counts_values_compared_where_the_compiled_code_ran_outside_compute_mode_too():
+    """The host stub and a real device compare compiled values with eager too: the run's end says how many and
+    where they were computed (only under the emulated NPU that computes does it name kernels and the host)."""
+    from pytest_npu_lazy.reports.terminal import check_tally
+
+    on_cpu = {"nodeid": "t.py::a", "checks": [{"phase": "first_call", "outputs": [{"by": "device", "name": "cpu"}] * 2,
+                                               "gradients": [{"by": "device", "name": "cpu"}]}]}
+    on_npu = {"nodeid": "t.py::b", "checks": [{"phase": "call", "outputs": [{"by": "device", "name": "npu"}]}]}
+    unchecked = {"nodeid": "t.py::c", "checks": []}
+    assert check_tally([on_cpu, on_npu, unchecked]) == [
+        "4 compiled value(s) compared with eager in 2 test(s): 3 computed by the compiled code on cpu, "
+        "1 computed by the compiled code on npu"]
+    assert check_tally([unchecked]) == []
+    interpreted = {"nodeid": "t.py::d", "checks": [{"phase": "call", "outputs": [
+        {"by": "Triton interpreter", "name": "triton_poi_0"}]}]}
+    lines = check_tally([interpreted])
+    assert len(lines) == 1 and lines[0].startswith("compute mode (the emulated NPU"), lines
