@@ -370,9 +370,35 @@ class NpuLazy:
             raise BaselineContaminatedError(_contamination_message(state, pattern, record))
 
 
-def _preload_fix(state: ProbeState) -> str:
-    """Where to change the preload: the marker when the test's own marker chose it, else the session default."""
+def _preload_entry(state: ProbeState, record: ImportRecord) -> str | None:
+    """The preload entry that loaded ``record``: the entry its chain of importers starts from (or the module itself,
+    or a package of it), else None."""
+    names, seen = [record.name], {record.name}
+    parent = record.parent
+    while parent and parent not in seen:
+        names.append(parent)
+        seen.add(parent)
+        importer = state.recorder.records.get(parent)
+        parent = importer.parent if importer is not None else None
+    for name in reversed(names):  # the outermost importer first: the entry the zygote imported
+        for entry in state.preload:
+            if name == entry or name.startswith(entry + "."):
+                return entry
+    return None
+
+
+def _preload_fix(state: ProbeState, record: ImportRecord) -> str:
+    """Where to change the preload: the marker when the test's own marker chose it, else the session default; with
+    the entry that loaded the module taken out, where the import chain names it."""
     now = list(state.preload)
+    entry = _preload_entry(state, record)
+    if entry is not None:
+        without = [e for e in now if e != entry]
+        what = f"{entry!r} loads it" if entry != record.name else "it is preloaded"
+        if state.preload_source == "marker":
+            return f"{what}: take it out of this test's marker: @pytest.mark.npu_lazy(preload={without!r})."
+        return (f"{what}: take it out of {state.preload_source} (now {now!r}), or give this test its own preload: "
+                f"@pytest.mark.npu_lazy(preload={without!r}).")
     if state.preload_source == "marker":
         return (f"remove it (or the module that imports it) from this test's marker: "
                 f"@pytest.mark.npu_lazy(preload={now!r}).")
@@ -382,7 +408,7 @@ def _preload_fix(state: ProbeState) -> str:
 
 def _contamination_message(state: ProbeState, pattern: str, record: ImportRecord) -> str:
     if record.phase == "preload":
-        fix = _preload_fix(state)
+        fix = _preload_fix(state, record)
     elif state.in_process_reason == "isolate-off":
         fix = ("this run has isolation switched off (--npu-lazy-isolate=off, $PYTEST_NPU_LAZY_ISOLATE or ini "
                "npu_lazy_isolate), so even a marked test runs in the pytest process, after every conftest and "

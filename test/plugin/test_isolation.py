@@ -113,7 +113,7 @@ def test_guard_names_the_preload(run_pytest, pytester):
     message = run.report("test_asserts_about_preloaded", "call")["longrepr"]
     assert "by the zygote's preload ['heavy.core']" in message
     assert "import chain: heavy.helpers <- heavy.core" in message
-    assert "remove it (or the module that imports it) from this test's marker" in message
+    assert "'heavy.core' loads it: take it out of this test's marker" in message
     assert "1 error" in run.result.stdout.lines[-1]
 
 

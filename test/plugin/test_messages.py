@@ -59,13 +59,15 @@ def test_guard_says_where_the_preload_came_from(run_pytest, pytester):
     run = run_pytest()
     assert set(run.outcomes.values()) == {"error"}, run.text()
     marker = run.report("test_marker_preload", "call")["longrepr"]
-    assert "Fix: remove it (or the module that imports it) from this test's marker: " \
-           "@pytest.mark.npu_lazy(preload=['heavy.core'])." in marker
+    # the fix is the marker with the entry that loads it taken out, ready to paste
+    assert "Fix: 'heavy.core' loads it: take it out of this test's marker: @pytest.mark.npu_lazy(preload=[])." \
+        in marker
     assert "ini npu_lazy_preload" not in marker
     ini = run.report("test_ini_preload", "call")["longrepr"]
-    assert "from ini npu_lazy_preload (now ['heavy.core'])" in ini
+    assert ("'heavy.core' loads it: take it out of ini npu_lazy_preload (now ['heavy.core']), or give this test its "
+            "own preload: @pytest.mark.npu_lazy(preload=[]).") in ini
     cli = run_pytest("--npu-lazy-preload=heavy.core", "-k", "ini_preload")
-    assert "from --npu-lazy-preload (now ['heavy.core'])" in cli.report("test_ini_preload", "call")["longrepr"]
+    assert "take it out of --npu-lazy-preload (now ['heavy.core'])" in cli.report("test_ini_preload", "call")["longrepr"]
 
 
 def test_guard_under_isolate_off_does_not_suggest_the_marker(run_pytest, pytester):
