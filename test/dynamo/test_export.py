@@ -8,6 +8,8 @@ module attribute, or a name bound before torch_npu was imported.
 
 from __future__ import annotations
 
+import contextlib
+
 import importlib.util
 
 import pytest
@@ -207,6 +209,22 @@ def test_npu_export_capture_semantics_matrix(npu_lazy, capture, strict):
     torch.testing.assert_close(actual, expected)
 
 
+@contextlib.contextmanager
+def _without_torchs_leafspec_warning():
+    """torch 2.13's own ONNX exporter copies a ``LeafSpec``, which torch itself deprecates with a FutureWarning in
+    every run (torch's, not torch_npu's nor this project's). Something on the exporter's path sets warning filters of
+    its own: neither a ``filterwarnings`` mark nor ``-W error`` reaches that warning (seen: still only a warning).
+    Its warnings are recorded here, and every other one is warned again."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for message in caught:
+        if "isinstance(treespec, LeafSpec)" not in str(message.message):
+            warnings.warn_explicit(message.message, message.category, message.filename, message.lineno)
+
+
 @pytest.mark.skipif(bool(ONNX_MISSING), reason=f"needs {' and '.join(ONNX_MISSING)} (pinned in requirements/ci.txt)")
 @pytest.mark.npu_lazy(preload=["torch"], track=TRACKED)
 @pytest.mark.parametrize("case", ONNX_ENTRIES)
@@ -226,7 +244,7 @@ def test_npu_onnx_dynamo_export_initialization_chain(npu_lazy, case):
             return torch.sin(x) + 1
 
     model, x = SinPlusOne().eval(), torch.randn(8)
-    with npu_lazy.phase("onnx_export"):
+    with npu_lazy.phase("onnx_export"), _without_torchs_leafspec_warning():
         program = onnx_export(model, (x,), dynamo=True) if takes_dynamo else onnx_export(model, x)
     _assert_dynamo_only(npu_lazy, "onnx_export")
     with npu_lazy.phase("onnx_run"):
