@@ -195,7 +195,7 @@ def _extension_module(name: str) -> types.ModuleType:
             f"Triton's interpreter has no implementation of extension.{attribute} (only the compiler hints "
             f"{', '.join(COMPILER_HINTS)} are taken, as no-ops); {NEEDS_A_DEVICE}")
 
-    module.__getattr__ = __getattr__
+    module.__getattr__ = __getattr__  # type: ignore[method-assign]  # PEP 562: a module's own __getattr__
     return module
 
 
@@ -238,9 +238,10 @@ def install_language_shims(_loaded: str = "triton.language") -> None:
         return  # not triton-ascend: torch_npu's kernels need it anyway, and say so themselves
     cann = types.ModuleType(name, "tl.extra.cann for Triton's interpreter (pytest-npu-lazy compute mode)")
     cann.__path__ = []
-    cann.extension = _extension_module(f"{name}.extension")
-    cann.libdevice = _Libdevice(f"{name}.libdevice", ascend.libdevice)
-    sys.modules.update({name: cann, f"{name}.extension": cann.extension, f"{name}.libdevice": cann.libdevice})
+    extension = _extension_module(f"{name}.extension")
+    libdevice = _Libdevice(f"{name}.libdevice", ascend.libdevice)
+    cann.extension, cann.libdevice = extension, libdevice  # type: ignore[attr-defined]
+    sys.modules.update({name: cann, f"{name}.extension": extension, f"{name}.libdevice": libdevice})
     extra.cann = cann
     _IN_FORCE["tl.extra.cann"] = (
         f"{_triton_version()} has tl.extra.ascend only; torch_npu's kernels import extension and libdevice from "
