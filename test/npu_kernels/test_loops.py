@@ -133,3 +133,76 @@ def test_a_loop_of_any_accumulator_type_folds_to_the_bits_of_its_iterations(dtyp
         details[schedule] = [e.detail for e in LEDGER.since(start) if e.by == TRITON_INTERPRETER]
     assert any("250 iterations as" in d for d in details["0"]), details["0"]
     assert torch.equal(_bits(outputs["0"]), _bits(outputs["1"])), (outputs["0"], outputs["1"], details["0"])
+
+
+def test_an_accumulator_the_sum_grows_by_broadcasting_folds_as_the_loop_grows_it(monkeypatch):
+    """An accumulator of one row ([1, R0_BLOCK]) that ``acc + value`` of [XBLOCK, R0_BLOCK] grows: the fold takes the
+    interpreter's own + and where slice by slice, as the loop does, and gives its bits."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    from pytest_npu_lazy.cann.compute import LEDGER, TRITON_INTERPRETER
+    from pytest_npu_lazy.cann.compute.loops import ONE_BY_ONE_ENV
+
+    @triton.jit
+    def growing(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK: tl.constexpr, R0_BLOCK: tl.constexpr):
+        xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+        xmask = xindex < xnumel
+        r0_base = tl.arange(0, R0_BLOCK)[None, :]
+        _tmp2 = tl.full([1, R0_BLOCK], 0, tl.float32)
+        for r0_offset in tl.range(0, r0_numel, R0_BLOCK):
+            r0_index = r0_offset + r0_base
+            r0_mask = r0_index < r0_numel
+            tmp1 = tl.load(in_ptr0 + (r0_index + r0_numel * xindex), r0_mask & xmask, other=0.0)
+            tmp3 = _tmp2 + tmp1
+            _tmp2 = tl.where(r0_mask & xmask, tmp3, _tmp2)
+        tl.store(out_ptr0 + xindex, tl.sum(_tmp2, 1)[:, None], xmask)
+
+    x = _special(torch.randn(4, 1000) * 100).npu()
+    outputs, details = {}, {}
+    for schedule in ("1", "0"):
+        monkeypatch.setenv(ONE_BY_ONE_ENV, schedule)
+        out = torch.empty(4).npu()
+        start = len(LEDGER.since(0))
+        growing[(1,)](x, out, 4, 1000, XBLOCK=4, R0_BLOCK=8)
+        outputs[schedule] = out
+        details[schedule] = [e.detail for e in LEDGER.since(start) if e.by == TRITON_INTERPRETER]
+    assert any("125 iterations as" in d for d in details["0"]), details["0"]
+    assert torch.equal(_bits(outputs["0"]), _bits(outputs["1"])), (outputs["0"], outputs["1"])
+
+
+def test_the_fold_equals_the_iterated_where_bit_for_bit_and_keeps_a_lane_no_iteration_added_to():
+    """``fold`` against ``acc = np.where(m, acc + v, acc)`` iteration after iteration (NumPy's float32 + is the
+    interpreter's): random masks, NaNs with payloads on both sides, signed zeros, huge and tiny values; and a lane
+    every iteration masks keeps a signalling NaN's bits (adding -0.0 would quiet it)."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    from pytest_npu_lazy.cann.compute.loops import fold
+
+    rng = np.random.default_rng(0)
+    rows, step, together = 3, 8, 50
+    acc = (rng.standard_normal((rows, step)) * 1e3).astype(np.float32)
+    acc.view(np.uint32)[0, 0] = 0x7FA00001  # a signalling NaN: lane (0, 0) is masked in every iteration below
+    acc[1, 1] = -0.0
+    values = (rng.standard_normal((rows, step * together)) * np.float32(1e30) ** rng.integers(0, 2, (rows, step * together))
+              ).astype(np.float32)
+    values.view(np.uint32)[2, ::97] = 0x7FC00000 | rng.integers(1, 1 << 20, values[2, ::97].shape).astype(np.uint32)
+    values[1, 3::11] = -0.0
+    masks = rng.random((rows, step * together)) < 0.7
+    masks[0, ::step] = False
+
+    def block(data, dtype):
+        return tl.tensor(TensorHandle(data, dtype), tl.block_type(dtype, list(data.shape)))
+
+    expected = acc.copy()
+    with np.errstate(all="ignore"):
+        for i in range(together):
+            piece = slice(i * step, (i + 1) * step)
+            expected = np.where(masks[:, piece], expected + values[:, piece], expected)
+        got = fold(block(acc, tl.float32), block(values, tl.float32), block(masks, tl.int1), step, step * together)
+    got_bits, expected_bits = got.handle.data.view(np.uint32), expected.view(np.uint32)
+    assert np.array_equal(got_bits, expected_bits), np.argwhere(got_bits != expected_bits)
+    assert got_bits[0, 0] == 0x7FA00001

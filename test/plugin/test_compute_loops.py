@@ -80,13 +80,13 @@ def test_a_sum_without_a_mask_folds_too():
     (("tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])", "tmp1 = tl.cumsum(tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK]), 1)"),
      "tl.cumsum reduces inside the loop"),
     (("tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])", "tmp1 = tl.broadcast_to(tmp0 * (r0_offset // R0_BLOCK), [XBLOCK, R0_BLOCK])"),
-     "R0_BLOCK is used in the loop other than as a block size"),
+     "R0_BLOCK is used in the loop other than as the chunk's size"),
     (("tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])", "tmp1 = tl.broadcast_to(tmp0 * RBLOCK, [XBLOCK, R0_BLOCK])"),
-     "R0_BLOCK is used in the loop other than as a block size"),
+     "R0_BLOCK is used in the loop other than as the chunk's size"),
     (("tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])", "tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK]) "
-      "* tl.full([XBLOCK, R0_BLOCK], R0_BLOCK, tl.float32)"), "R0_BLOCK is used in the loop other than as a block size"),
+      "* tl.full([XBLOCK, R0_BLOCK], R0_BLOCK, tl.float32)"), "R0_BLOCK is used in the loop other than as the chunk's size"),
     (("tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])", "tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK]) "
-      "+ tl.arange(R0_BLOCK, 2 * R0_BLOCK)[None, :]"), "R0_BLOCK is used in the loop other than as a block size"),
+      "+ tl.arange(R0_BLOCK, 2 * R0_BLOCK)[None, :]"), "R0_BLOCK is used in the loop other than as the chunk's size"),
     (("tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])", "tmp1 = tl.broadcast_to(tmp0, shape=[XBLOCK, R0_BLOCK])"),
      None),  # a size by keyword: still a size
     (("roffset = r0_offset", "roffset = r0_offset == 0"), "the loop's offset r0_offset is used other than added"),
@@ -102,6 +102,30 @@ def test_a_sum_without_a_mask_folds_too():
      "first, made before the loop, has the chunk's shape"),
     (("tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])", "tmp1 = tl.broadcast_to(helper(tmp0), [XBLOCK, R0_BLOCK])"),
      "it calls helper(), which this check cannot read"),
+    # what a review found accepted and computing something else wide (each refused now, naming why)
+    (("        tmp3 = _tmp2 + tmp1\n", "        tmp3 = _tmp2 + tmp1\n        tmp1 = tmp1 * 2.0\n"),
+     "what tmp3 adds is assigned again before _tmp2 takes it"),
+    (("tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])",
+      "w = tl.load(in_ptr0 + r0_base)\n        tmp1 = tl.broadcast_to(tmp0 * w, [XBLOCK, R0_BLOCK])"),
+     "the lane index r0_base is used other than added to the loop's offset"),
+    (("tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])",
+      "tmp1 = tl.broadcast_to(tmp0 + tl.arange(0, R0_BLOCK)[None, :].to(tl.float32), [XBLOCK, R0_BLOCK])"),
+     "R0_BLOCK is used in the loop other than as the chunk's size"),
+    (("r0_base = tl.arange(0, R0_BLOCK)[None, :]", "r0_base = tl.arange(0, R0_BLOCK)[None, :] * 2"),
+     "r0_base, made before the loop, has the chunk's shape"),
+    (("r0_base = tl.arange(0, R0_BLOCK)[None, :]", "r0_base = tl.full([1, R0_BLOCK], 0, tl.int32)"),
+     "r0_base, made before the loop, has the chunk's shape"),
+    (("r0_base = tl.arange(0, R0_BLOCK)[None, :]", "r0_base = tl.arange(0, R0_BLOCK)[:, None]"),
+     "r0_base, made before the loop, has the chunk's shape"),  # the lanes along the first axis
+    (("        roffset = r0_offset\n", "        roffset = r0_offset\n        ro2 = roffset\n        ro3 = ro2 * 1\n"),
+     "the loop's offset ro2 is used other than added to a lane index"),
+    (("tmp2 = tl.sum(_tmp2, 1)[:, None]", "tmp2 = tl.sum(_tmp2, 1)[:, None] + r0_offset"),
+     "r0_offset, computed in the loop, is read after it"),
+    (("tmp2 = tl.sum(_tmp2, 1)[:, None]", "if r0_numel < 0:\n        tmp1 = tl.full([XBLOCK, R0_BLOCK], 0, tl.float32)\n"
+      "    tmp2 = tl.sum(_tmp2, 1)[:, None] + tl.sum(tmp1, 1)[:, None]"), "tmp1, computed in the loop, is read after it"),
+    (("    rbase = r0_base\n", "    rbase = r0_base\n    r0_base = 0\n"), "rbase, made before the loop"),
+    (("    _tmp2 = tl.full(", "    first, _unused = tl.load(in_ptr0 + r0_base), 0\n    _tmp2 = tl.full("), None),
+    (("    _tmp2 = tl.full(", "    c = tl.cumsum(tl.load(in_ptr0 + r0_base), 1)\n    _tmp2 = tl.full("), None),
     (("for r0_offset in tl.range(0, r0_numel, R0_BLOCK):", "for r0_offset in tl.range(0, r0_numel, 8):"),
      "not a loop tl.range(0, numel, BLOCK) over a block-size parameter"),
     (("for r0_offset in tl.range(0, r0_numel, R0_BLOCK):", "for r0_offset in tl.range(1, r0_numel, R0_BLOCK):"),
@@ -111,7 +135,15 @@ def test_a_sum_without_a_mask_folds_too():
 ])
 def test_a_loop_that_would_compute_something_else_wide_keeps_its_iterations(change, reason):
     old, new = change
+    assert old in LOOPED, old
     source = LOOPED.replace(old, new)
+    if "    r0_base = 0\n" in new:  # read through the alias, whose lane index was made again
+        source = source.replace("r0_index = r0_offset + r0_base", "r0_index = r0_offset + rbase")
+    if "first, _unused" in new or "c = tl.cumsum" in new:  # a chunk-shaped value a tuple or a scan made, read in the loop
+        read = "first" if "first" in new else "c"
+        source = source.replace("tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])",
+                                f"tmp1 = tl.broadcast_to(tmp0 + {read}, [XBLOCK, R0_BLOCK])")
+        reason = f"{read}, made before the loop, has the chunk's shape"
     if "tmp0 + first" in new:
         source = source.replace("    _tmp2 = tl.full(", "    first = tl.load(in_ptr0 + r0_base)\n    _tmp2 = tl.full(")
     assert source != LOOPED
@@ -167,3 +199,14 @@ def test_a_value_of_the_first_loops_chunk_shape_read_in_the_second_keeps_its_ite
     source = TWO_LOOPS.replace("tmp5 = tmp4 - tmp2", "tmp5 = tmp4 - _tmp2")
     said, _ = _decide(source)
     assert said[1] == "loop over r0_offset: _tmp2, made before the loop, has the chunk's shape"
+
+
+def test_a_value_of_the_chunks_size_reduced_before_the_loop_is_read_as_it_was():
+    """``n = tl.sum(tl.full([1, R0_BLOCK], 1.0), 1)`` is the narrow chunk's size: not remade wide (only lane indices
+    are), so the wide loop divides by what the original divides by."""
+    source = LOOPED.replace("    rbase = r0_base\n", "    rbase = r0_base\n    n = tl.sum(tl.full([1, R0_BLOCK], 1.0, tl.float32), 1)[:, None]\n")
+    source = source.replace("tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])", "tmp1 = tl.broadcast_to(tmp0 / n, [XBLOCK, R0_BLOCK])")
+    said, function = _decide(source)
+    assert said == ["loop over r0_offset: iterations together"]
+    text = ast.unparse(function)
+    assert "n__wide" not in text and "tmp1 = tl.broadcast_to(tmp0 / n, [XBLOCK, R0_BLOCK__wide])" in text

@@ -47,8 +47,8 @@ from .batching import (_BUILTINS, _HELPER_MODULES, _HELPER_REDUCTIONS, _MOVES_VA
 ONE_BY_ONE_ENV = "PYTEST_NPU_LAZY_LOOPS_ONE_BY_ONE"
 #: the names the rewritten kernel calls (put in its module's globals)
 WIDTH, FOLD = "__npu_lazy_loop_width", "__npu_lazy_loop_fold"
-#: calls where a block size may appear (as a size, not a number computed with)
-_SIZED = {"arange", "full", "zeros", "broadcast_to"}
+#: calls whose shape may hold the chunk's size
+_SIZED = {"full", "zeros", "broadcast_to"}
 #: what each launch's loops did, said by :func:`loop_width` while the kernel runs (read by the launch)
 NOTES: list[str] = []
 
@@ -92,12 +92,17 @@ def _call_problem(call: ast.Call) -> str | None:
     return f"it calls {owner}.{name}, which this check cannot read"
 
 
+#: reductions whose result has no axis of the chunk (scans keep it)
+_SCANS = {"cumsum", "cumprod", "associative_scan"}
+
+
 def _untainted_reads(node: ast.AST) -> list[str]:
-    """Names read by ``node`` outside any reduction along the last axis (whose result has no chunk-shaped axis)."""
+    """Names read by ``node`` outside any reduction along an axis past the first (whose result has no axis of the
+    chunk; a scan keeps it)."""
     if isinstance(node, ast.Call):
         owner, name = _call_name(node)
         position = (_HELPER_REDUCTIONS.get(name) if owner == "triton_helpers"
-                    else 1 if name in _TL_REDUCTIONS and owner in _HELPER_MODULES else None)
+                    else 1 if name in _TL_REDUCTIONS - _SCANS and owner in _HELPER_MODULES else None)
         if position is not None and (_axis(node, position) or 0) >= 1:
             return []
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
@@ -105,34 +110,49 @@ def _untainted_reads(node: ast.AST) -> list[str]:
     return [name for child in ast.iter_child_nodes(node) for name in _untainted_reads(child)]
 
 
-def _as_size(call: ast.Call, argument: ast.AST) -> bool:
-    """Whether ``argument`` (a direct argument of ``call``) is where the call takes a block size: the end of
-    ``tl.arange(0, end)``, the shape of ``tl.full``/``tl.zeros``, a size of ``broadcast_to`` (not a fill value)."""
+def _as_size(call: ast.Call, argument: ast.AST, leaf: ast.AST) -> bool:
+    """Whether ``leaf`` (inside ``argument``, a direct argument of ``call``) is the last size of a shape that
+    ``tl.full``/``tl.zeros``/``broadcast_to`` makes: the chunk's axis, last, as Inductor lays blocks out (never a
+    fill value, never ``tl.arange``, whose values and not only its size depend on it)."""
     name = _call_name(call)[1]
     keyword = next((k.arg for k in call.keywords if k.value is argument), None)
     position = next((i for i, a in enumerate(call.args) if a is argument), None)
-    if name == "arange":
-        start = call.args[0] if call.args else None
-        return position == 1 and isinstance(start, ast.Constant) and start.value == 0
-    if name in ("full", "zeros"):
-        return position == 0 or keyword == "shape"
-    return name == "broadcast_to" and ((position or 0) >= 1 or keyword == "shape")
+    if isinstance(argument, (ast.List, ast.Tuple)):
+        last = argument.elts[-1] if argument.elts else None
+        shape = position == (0 if name in ("full", "zeros") else 1) or keyword == "shape"
+        return last is leaf and shape and name in _SIZED
+    # broadcast_to(x, A, B): sizes as separate arguments, the last of them
+    return name == "broadcast_to" and position is not None and position == len(call.args) - 1 and position >= 1
 
 
 def _sizes_only(node: ast.AST, names: set[str]) -> bool:
-    """Every read of ``names`` in ``node`` is where a call takes a block size (:func:`_as_size`)."""
+    """Every read of ``names`` in ``node`` is the chunk's size in a shape (:func:`_as_size`)."""
     parents = {child: parent for parent in ast.walk(node) for child in ast.iter_child_nodes(parent)}
     for leaf in ast.walk(node):
         if isinstance(leaf, ast.Name) and leaf.id in names and isinstance(leaf.ctx, ast.Load):
             argument: ast.AST = leaf
             up = parents.get(leaf)
-            while isinstance(up, (ast.List, ast.Tuple)):
+            if isinstance(up, (ast.List, ast.Tuple)):
                 argument, up = up, parents.get(up)
             if isinstance(up, ast.keyword):  # shape=[...]: the keyword's value is the argument
                 up = parents.get(up)
-            if not (isinstance(up, ast.Call) and _call_name(up)[1] in _SIZED and _as_size(up, argument)):
+            if not (isinstance(up, ast.Call) and _as_size(up, argument, leaf)):
                 return False
     return True
+
+
+def _is_lane_index(value: ast.expr, sizes: set[str]) -> bool:
+    """``tl.arange(0, STEP)`` or ``tl.arange(0, STEP)[None, :]``: the lanes of one chunk, along its last axis."""
+    if isinstance(value, ast.Subscript):
+        index = value.slice
+        if not (isinstance(index, ast.Tuple) and len(index.elts) == 2 and isinstance(index.elts[0], ast.Constant)
+                and index.elts[0].value is None and isinstance(index.elts[1], ast.Slice)
+                and index.elts[1].lower is None and index.elts[1].upper is None and index.elts[1].step is None):
+            return False
+        value = value.value
+    return (isinstance(value, ast.Call) and _call_name(value) == ("tl", "arange") and len(value.args) == 2
+            and not value.keywords and isinstance(value.args[0], ast.Constant) and value.args[0].value == 0
+            and isinstance(value.args[1], ast.Name) and value.args[1].id in sizes)
 
 
 class _Rename(ast.NodeTransformer):
@@ -143,6 +163,130 @@ class _Rename(ast.NodeTransformer):
         if isinstance(node.ctx, ast.Load) and node.id in self.names:
             return ast.copy_location(ast.Name(self.names[node.id], ast.Load()), node)
         return node
+
+
+#: accumulator -> (the value added, the mask of its ``tl.where`` or None, the name of the sum)
+Folds = dict[str, tuple[ast.expr, "ast.expr | None", str]]
+
+
+def _accumulators(body: list[ast.stmt], defined_before: set[str]) -> tuple[Folds, str]:
+    """The values carried from one iteration to the next (read in the body before the body assigns them), each a
+    sum folded as Inductor folds one; or why not."""
+    written = _assigned(body)
+    carried: list[str] = []
+    seen: set[str] = set()
+    for statement in body:
+        carried += [n for n in _reads(_value(statement)) if n in written and n not in seen and n not in carried]
+        seen.add(_target(statement) or "")
+    folds: Folds = {}
+    position = {_target(s): i for i, s in enumerate(body) if _target(s)}
+    body_reads = [n for s in body for n in _reads(s)]
+    for accumulator in carried:
+        if accumulator not in defined_before or sum(_target(s) == accumulator for s in body) != 1:
+            return {}, f"{accumulator} is carried from one iteration to the next, not made before the loop"
+        mask: ast.expr | None = None
+        chosen = _value(body[position[accumulator]])
+        if isinstance(chosen, ast.Call) and _call_name(chosen) == ("tl", "where") and len(chosen.args) == 3 \
+                and isinstance(chosen.args[2], ast.Name) and chosen.args[2].id == accumulator:
+            mask, chosen = chosen.args[0], chosen.args[1]
+        total = chosen.id if isinstance(chosen, ast.Name) and sum(_target(s) == chosen.id for s in body) == 1 else None
+        combined = _value(body[position[total]]) if total is not None else None
+        if not (total is not None and isinstance(combined, ast.BinOp) and isinstance(combined.op, ast.Add)
+                and isinstance(combined.left, ast.Name) and combined.left.id == accumulator):
+            return {}, f"{accumulator} is carried from one iteration to the next other than as a sum acc + value"
+        if body_reads.count(accumulator) != (2 if mask is not None else 1) or body_reads.count(total) != 1:
+            return {}, f"{accumulator} (or its sum {total}) is read in the loop other than to fold it"
+        between = _assigned(body[position[total] + 1:position[accumulator]])
+        if set(_reads(combined.right)) & between:  # the fold evaluates the value where the where stood
+            return {}, f"what {total} adds is assigned again before {accumulator} takes it"
+        folds[accumulator] = (combined.right, mask, total)
+    return folds, ""
+
+
+def _read_after(statements: list[ast.stmt], others: set[str]) -> str | None:
+    """The first of ``others`` (values of the loop's last iteration) that ``statements`` read before assigning it
+    again for certain (a later loop's body reads its own target and what it assigned first; its target is not
+    assigned for certain after it, a loop may run no iteration)."""
+    others = set(others)
+    for statement in statements:
+        if isinstance(statement, ast.For):
+            late = [n for n in _reads(statement.iter) if n in others]
+            if late:
+                return late[0]
+            target = {n.id for n in ast.walk(statement.target) if isinstance(n, ast.Name)}
+            inner = _read_after(statement.body, others - target)
+            if inner:
+                return inner
+            continue
+        late = [n for n in _reads(statement) if n in others]
+        if late:
+            return late[0]
+        others.discard(_target(statement) or "")
+    return None
+
+
+def _lanes(before: list[ast.stmt], step: str, wide: str, folds: Folds) -> tuple[dict[str, str], list[ast.stmt], set[str]]:
+    """What the wide loop reads instead of what was made before the loop: the block size (and its aliases) as the
+    wide size, each lane index (``tl.arange(0, STEP)[None, :]``, and aliases) remade wide; and the names whose
+    values have the chunk's shape and cannot be remade (the loop must not read them)."""
+    renames, tainted = {step: wide}, {step}
+    remade: list[ast.stmt] = []
+    for statement in before:
+        name = _target(statement)
+        for reassigned in _assigned([statement]) - {step}:  # made again: what it was no longer holds
+            dropped = renames.pop(reassigned, None)
+            if dropped is not None and dropped != wide:
+                renames = {k: v for k, v in renames.items() if v != dropped}
+                remade = [r for r in remade if _target(r) != dropped]
+        if name is None:  # a loop, a branch, a tuple assignment: whatever they assign may have the chunk's shape
+            tainted |= _assigned([statement])
+            continue
+        value = _value(statement)
+        if name in folds:  # an accumulator's start: its lanes stay the chunk's, folded into, never remade
+            tainted.add(name)
+        elif isinstance(value, ast.Name) and value.id in renames:
+            renames[name] = renames[value.id]  # an alias (RBLOCK: tl.constexpr = R0_BLOCK; rbase = r0_base)
+            tainted.add(name)
+        elif _is_lane_index(value, {n for n, w in renames.items() if w == wide}):
+            renames[name] = f"{name}__wide"
+            copy_ = _Rename(renames).visit(copy.deepcopy(statement))
+            if isinstance(copy_, ast.Assign):
+                copy_.targets = [ast.Name(renames[name], ast.Store())]
+            elif isinstance(copy_, ast.AnnAssign):
+                copy_.target = ast.Name(renames[name], ast.Store())
+            remade.append(copy_)
+            tainted.add(name)
+        elif set(_untainted_reads(value)) & tainted:
+            tainted.add(name)
+        else:
+            tainted.discard(name)
+    return renames, remade, tainted
+
+
+def _offset_problem(body: list[ast.stmt], offset: str, lanes: set[str]) -> str | None:
+    """The loop's offset (and its aliases, followed through) and the lane indices are read only as
+    ``offset + lane``: what gives each element of the wide chunk the index it had in its own iteration."""
+    offsets = {offset}
+    for statement in body:
+        value = _value(statement)
+        if isinstance(value, ast.Name) and value.id in offsets:
+            offsets.add(_target(statement) or "")
+    for statement in body:
+        parents = {child: parent for parent in ast.walk(statement) for child in ast.iter_child_nodes(parent)}
+        value = _value(statement)
+        alias = isinstance(value, ast.Name) and value.id in offsets
+        for leaf in ast.walk(statement):
+            if not (isinstance(leaf, ast.Name) and isinstance(leaf.ctx, ast.Load) and leaf.id in offsets | lanes):
+                continue
+            if alias and leaf is value:
+                continue
+            up = parents.get(leaf)
+            other = (up.right if up.left is leaf else up.left) if isinstance(up, ast.BinOp) else None
+            pair = {leaf.id, other.id} if isinstance(other, ast.Name) else set()
+            if not (isinstance(up, ast.BinOp) and isinstance(up.op, ast.Add) and pair & offsets and pair & lanes):
+                return (f"the loop's offset {leaf.id} is used other than added to a lane index" if leaf.id in offsets
+                        else f"the lane index {leaf.id} is used other than added to the loop's offset")
+    return None
 
 
 def plan_loop(statements: list[ast.stmt], index: int, parameters: set[str]) -> tuple[list[ast.stmt] | None, str]:
@@ -167,103 +311,31 @@ def plan_loop(statements: list[ast.stmt], index: int, parameters: set[str]) -> t
             if problem:
                 return None, problem
     before = statements[:index]
-    written = _assigned(body)
-    # values carried from one iteration to the next: read in the body before the body assigns them
-    carried: list[str] = []
-    seen: set[str] = set()
-    for statement in body:
-        carried += [n for n in _reads(_value(statement)) if n in written and n not in seen and n not in carried]
-        seen.add(_target(statement) or "")
-    defined_before = _assigned(before) | parameters
-    folds: dict[str, tuple[ast.expr, ast.expr | None, str]] = {}  # accumulator -> (value, mask, sum's name)
-    by_target = {_target(s): s for s in body if _target(s)}
-    for accumulator in carried:
-        update = by_target.get(accumulator)
-        if accumulator not in defined_before or sum(_target(s) == accumulator for s in body) != 1 or update is None:
-            return None, f"{accumulator} is carried from one iteration to the next, not made before the loop"
-        mask: ast.expr | None = None
-        chosen = _value(update)
-        if isinstance(chosen, ast.Call) and _call_name(chosen) == ("tl", "where") and len(chosen.args) == 3 \
-                and isinstance(chosen.args[2], ast.Name) and chosen.args[2].id == accumulator:
-            mask, chosen = chosen.args[0], chosen.args[1]
-        if not isinstance(chosen, ast.Name):
-            return None, f"{accumulator} is carried from one iteration to the next other than as a sum acc + value"
-        total = by_target.get(chosen.id) if sum(_target(s) == chosen.id for s in body) == 1 else None
-        combined = _value(total) if total is not None else None
-        if not (isinstance(combined, ast.BinOp) and isinstance(combined.op, ast.Add)
-                and isinstance(combined.left, ast.Name) and combined.left.id == accumulator):
-            return None, f"{accumulator} is carried from one iteration to the next other than as a sum acc + value"
-        body_reads = [n for s in body for n in _reads(s)]
-        if body_reads.count(accumulator) != (2 if mask is not None else 1) or body_reads.count(chosen.id) != 1:
-            return None, f"{accumulator} (or its sum {chosen.id}) is read in the loop other than to fold it"
-        folds[accumulator] = (combined.right, mask, chosen.id)
-    others = written - set(folds)
-    for statement in statements[index + 1:]:
-        late = [n for n in _reads(statement) if n in others]
-        if late:
-            return None, f"{late[0]}, computed in the loop, is read after it"
-        others -= _assigned([statement])
-    # block sizes and lane indices made before the loop: remade wide; any other chunk-shaped value refuses the loop
+    folds, reason = _accumulators(body, _assigned(before) | parameters)
+    if reason:
+        return None, reason
+    late = _read_after(statements[index + 1:], (_assigned(body) | {offset}) - set(folds))
+    if late:
+        return None, f"{late}, computed in the loop, is read after it"
     wide = f"{step}__wide"
-    renames, tainted = {step: wide}, {step}
-    remade: list[ast.stmt] = []
-    for statement in before:
-        name = _target(statement)
-        for reassigned in _assigned([statement]) - {step}:  # made again: what it was before no longer holds
-            renames.pop(reassigned, None)
-            remade = [r for r in remade if _target(r) != f"{reassigned}__wide"]
-        if isinstance(statement, ast.For):
-            tainted |= _assigned([statement])
-            continue
-        if name is None:
-            continue
-        value = _value(statement)
-        reads = set(_reads(value))
-        if name in folds:  # an accumulator's start: its lanes stay the chunk's, folded into, never remade
-            tainted.add(name)
-            continue
-        if isinstance(value, ast.Name) and value.id in renames:
-            renames[name] = renames[value.id]  # an alias of the block size (RBLOCK: tl.constexpr = R0_BLOCK)
-            tainted.add(name)
-        elif reads & set(renames) and _sizes_only(value, set(renames)) and not (reads & (tainted - set(renames))) \
-                and all(n in renames or (n in parameters and n not in _assigned(before)) or n not in defined_before
-                        for n in reads):
-            renames[name] = f"{name}__wide"
-            copy_ = _Rename(renames).visit(copy.deepcopy(statement))
-            copy_.targets = [ast.Name(renames[name], ast.Store())] if isinstance(copy_, ast.Assign) else copy_.targets
-            if isinstance(copy_, ast.AnnAssign):
-                copy_.target = ast.Name(renames[name], ast.Store())
-            remade.append(copy_)
-            tainted.add(name)
-        elif set(_untainted_reads(value)) & tainted:
-            tainted.add(name)
-        else:
-            tainted.discard(name)
+    renames, remade, tainted = _lanes(before, step, wide, folds)
+    written = _assigned(body)
     for statement in body:
         for name in _reads(statement):
             if name in tainted and name not in renames and name not in folds and name not in written | {offset}:
                 return None, f"{name}, made before the loop, has the chunk's shape"
         if not _sizes_only(statement, {n for n, w in renames.items() if w == wide}):
-            return None, f"{step} is used in the loop other than as a block size"
-    offsets = {offset} | {_target(s) or "" for s in body if isinstance(_value(s), ast.Name)
-                          and _value(s).id == offset}  # type: ignore[attr-defined]
-    for statement in body:
-        parents = {child: parent for parent in ast.walk(statement) for child in ast.iter_child_nodes(parent)}
-        for leaf in ast.walk(statement):
-            if isinstance(leaf, ast.Name) and leaf.id in offsets and isinstance(leaf.ctx, ast.Load) \
-                    and leaf is not _value(statement):
-                up = parents.get(leaf)
-                other = (up.right if up.left is leaf else up.left) if isinstance(up, ast.BinOp) else None
-                if not (isinstance(up, ast.BinOp) and isinstance(up.op, ast.Add) and isinstance(other, ast.Name)
-                        and renames.get(other.id, "").endswith("__wide")):
-                    return None, f"the loop's offset {leaf.id} is used other than added to a lane index"
+            return None, f"{step} is used in the loop other than as the chunk's size in a shape"
+    problem = _offset_problem(body, offset, {n for n, w in renames.items() if w != wide})
+    if problem:
+        return None, problem
     if not folds:
         return None, "no accumulator to fold (nothing carried from one iteration to the next)"
     return _rewritten(loop, step, wide, numel, renames, remade, folds), "iterations together"
 
 
 def _rewritten(loop: ast.For, step: str, wide: str, numel: ast.expr, renames: dict[str, str], remade: list[ast.stmt],
-               folds: dict[str, tuple[ast.expr, ast.expr | None, str]]) -> list[ast.stmt]:
+               folds: Folds) -> list[ast.stmt]:
     totals = {total for _, _, total in folds.values()}
     wide_loop = copy.deepcopy(loop)
     assert isinstance(wide_loop.iter, ast.Call) and isinstance(loop.target, ast.Name)  # plan_loop checked both
@@ -342,6 +414,9 @@ def loop_width(numel, step: int, offset: str, *accumulators) -> int:
         NOTES.append(f"loop over {offset} iteration by iteration ({ONE_BY_ONE_ENV}=1)")
         return step
     count = max(0, -(-_number(numel) // step))
+    if not all(hasattr(getattr(a, "handle", None), "data") for a in accumulators):
+        NOTES.append(f"loop over {offset} iteration by iteration: an accumulator is not a block")
+        return step
     shapes = [tuple(a.handle.data.shape) for a in accumulators]
     if any(not shape or shape[-1] != step for shape in shapes):
         NOTES.append(f"loop over {offset} iteration by iteration: an accumulator's last axis is not {step}")
@@ -374,18 +449,24 @@ def fold(accumulator, value, mask, step: int, width: int):
     from triton.runtime.interpreter import TensorHandle
 
     acc = accumulator.handle.data
-    wide_shape = acc.shape[:-1] + (width,)
-    together = wide_shape[-1] // step
+    together = width // step
     dtype = accumulator.dtype
+    mask_data = _data(mask) if mask is not None else np.bool_(True)
+    # the wide operands' shape; an accumulator the sum would grow by broadcasting folds slice by slice below
+    wide_shape = np.broadcast_shapes(acc.shape[:-1] + (width,), np.shape(_data(value)), np.shape(mask_data))
     values = np.broadcast_to(_data(value), wide_shape)
-    masks = np.broadcast_to(_data(mask) if mask is not None else np.bool_(True), wide_shape)
+    masks = np.broadcast_to(mask_data, wide_shape)
     exact = (str(dtype) in _NUMPY_EXACT and isinstance(value, tl.tensor) and value.dtype == dtype
-             and (mask is None or (isinstance(mask, tl.tensor) and mask.dtype == tl.int1)))
+             and (mask is None or (isinstance(mask, tl.tensor) and mask.dtype == tl.int1))
+             and wide_shape[:-1] + (step,) == acc.shape and not _checks_integer_overflow(dtype))
     if exact:
         identity = np.array(-0.0 if dtype.is_floating() else 0, dtype=acc.dtype)
-        added = np.where(masks, values, identity).reshape(acc.shape[:-1] + (together, step))
+        lanes = acc.shape[:-1] + (together, step)
+        added = np.where(masks, values, identity).reshape(lanes)
         stacked = np.concatenate([acc[..., None, :], added], axis=-2)
         result = np.add.accumulate(stacked, axis=-2, dtype=acc.dtype)[..., -1, :]
+        # a lane no iteration added to keeps its bits (a signalling NaN that + -0.0 would quiet)
+        result = np.where(masks.reshape(lanes).any(axis=-2), result, acc)
         return tl.tensor(TensorHandle(np.ascontiguousarray(result), dtype), accumulator.type)
     for i in range(together):  # slice by slice, with the interpreter's own + and where (its numerics included)
         piece = slice(i * step, (i + 1) * step)
@@ -393,6 +474,17 @@ def fold(accumulator, value, mask, step: int, width: int):
         total = accumulator + part
         accumulator = total if mask is None else tl.where(_block(masks[..., piece], mask), total, accumulator)
     return accumulator
+
+
+def _checks_integer_overflow(dtype) -> bool:
+    """Whether the interpreter's ``+`` of this type asserts on overflow (a debug launch of a narrow integer), which
+    NumPy's wrapping add would not."""
+    if not dtype.is_int() or dtype.int_bitwidth >= 64:
+        return False
+    from triton.runtime.interpreter import interpreter_builder
+
+    options = interpreter_builder.options
+    return bool(getattr(options, "debug", False) and getattr(options, "sanitize_overflow", False))
 
 
 def _data(value):
