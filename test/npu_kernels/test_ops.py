@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import findings
 from ops import BROADCAST, FLOATS, INT_REDUCTIONS, POINTWISE, POSITIVE, REDUCTIONS, VIEWS
-from testutils import MARKS, SHAPE_OF, assert_equal_to_eager, compile_and_run, generate_tensor
+from testutils import MARKS, SHAPE_OF, assert_equal_to_eager, compile_and_run, computed_by_the_compiled_call, generate_tensor
 
 pytestmark = MARKS
 
@@ -115,29 +115,52 @@ def test_bfloat16_operators_with_torch_npus_tolerance(name):
 #: every branch of torch_npu's pow lowering (torch_npu/_inductor/lowering.py, ``pow``): an integral float exponent
 #: becomes an int, 0.5 is sqrt, 1 a clone, small ints are unrolled (pow_recursive), large ones and tensor exponents
 #: go to the native pow, a scalar base 2 is exp2 and 1 a full_like; integer bases unroll or fall back to ATen
+#: each of torch_npu's pow lowering's branches (torch_npu/_inductor/lowering.py, ``pow``): the operation, the dtype,
+#: and what must compute the compiled result: a Triton kernel (the lowering embeds the exponent or calls ops.pow) or
+#: the host's ATen pow (the lowering falls back for integer and float64 powers it cannot embed)
 POW_CASES = {
-    "half": (lambda x: x ** 0.5, "float32"),
-    "integral_float": (lambda x: x ** 2.0, "float32"),
-    "one": (lambda x: x ** 1, "float32"),
-    "small_int": (lambda x: x ** 3, "float32"),
-    "negative_int": (lambda x: x ** -2, "float32"),
-    "large_int": (lambda x: x ** 40, "float32"),
-    "tensor_exponent": (lambda x: x ** (x * 0.5), "float32"),
-    "base_two": (lambda x: 2 ** x, "float32"),
-    "base_one": (lambda x: 1 ** x, "float32"),
-    "integer_small": (lambda x: x ** 3, "int32"),
-    "integer_large": (lambda x: x ** 40, "int64"),
-    "half_bf16": (lambda x: x ** 0.5, "bfloat16"),
+    "half": (lambda x: x ** 0.5, "float32", "kernel"),
+    "integral_float": (lambda x: x ** 2.0, "float32", "kernel"),
+    "one": (lambda x: x ** 1, "float32", "kernel"),
+    "small_int": (lambda x: x ** 3, "float32", "kernel"),
+    "negative_int": (lambda x: x ** -2, "float32", "kernel"),
+    "large_int": (lambda x: x ** 40, "float32", "kernel"),
+    "fractional": (lambda x: x ** 2.5, "float32", "kernel"),
+    "tensor_exponent": (lambda x: x ** (x * 0.5), "float32", "kernel"),
+    "base_two": (lambda x: 2 ** x, "float32", "kernel"),
+    "base_three": (lambda x: 3 ** x, "float32", "kernel"),
+    "base_one": (lambda x: 1 ** x, "float32", "kernel"),
+    "integer_small": (lambda x: x ** 3, "int32", "kernel"),
+    "integer_large": (lambda x: x ** 40, "int64", "kernel"),
+    "half_bf16": (lambda x: x ** 0.5, "bfloat16", "kernel"),
+    "integer_tensor_exponent": (lambda x: x ** (x % 3), "int64", "host"),
+    "integer_base_two": (lambda x: 2 ** x, "int64", "host"),
+    "float64_fractional": (lambda x: x ** 2.5, "float64", "host"),
+    "float64_base_three": (lambda x: 3 ** x, "float64", "host"),
 }
+# (a float64 power the lowering embeds, or an exponent computed in float64, makes a float64 kernel, which
+# triton-ascend refuses: "[fp8, fp64] is unsupported on Ascend", on a device as here)
 
 
 @pytest.mark.parametrize("case", list(POW_CASES))
 def test_pow_branches(case):
-    op, dtype = POW_CASES[case]
-    positive = dtype in FLOATS
-    x = generate_tensor(SHAPE_OF[dtype], dtype, positive=positive, low=0 if not positive else None,
-                        high=4 if not positive else None)
+    """Each branch's result equals eager, and the right thing computed it: a Triton kernel where torch_npu's lowering
+    embeds the exponent or calls ops.pow, the host's ATen pow where it falls back (a routing regression that
+    still computes the right value, say integers sent to ops.pow or floats sent to the fallback, fails here)."""
+    op, dtype, path = POW_CASES[case]
+    positive = dtype in FLOATS + ("float64",)
+    shape = SHAPE_OF.get(dtype, SHAPE_OF["float32"])
+    x = generate_tensor(shape, dtype, positive=positive, low=0 if not positive else None, high=4 if not positive else None)
     _compare(f"pow:{case}", dtype, op, x)
+    kernels, host = computed_by_the_compiled_call()
+    if not kernels and not host:
+        return  # a real NPU: nothing is written to the ledger, the values were compared above
+    host_pow = [name for name in host if "pow" in name]
+    if path == "kernel":
+        assert kernels and not host_pow, (f"pow:{case}: expected a Triton kernel to compute it, got kernels {kernels}, "
+                                          f"host ATen {host_pow}")
+    else:
+        assert host_pow, f"pow:{case}: expected the host's ATen pow (torch_npu's fallback), got kernels {kernels}"
 
 
 WELFORD = {

@@ -35,14 +35,30 @@ def generate_tensor(shape, dtype: str, low=None, high=None, positive: bool = Fal
     return torch.randint(-9 if low is None else low, 9 if high is None else high, shape, dtype=torch_dtype).npu()
 
 
+#: the ledger entry at which the last compile_and_run's compiled call began (compute mode: what computed it follows)
+COMPILED_FROM = [0]
+
+
 def compile_and_run(op, *inputs):
     """Eager on the NPU, then compiled on the NPU: (compiled result, eager result), as torch_npu's tests make them."""
     import torch
 
+    from pytest_npu_lazy.cann.compute import LEDGER
+
     torch._dynamo.reset()
     std_result = op(*inputs)
+    COMPILED_FROM[0] = len(LEDGER.entries)
     inductor_result = torch.compile(op, backend="inductor")(*inputs)
     return inductor_result, std_result
+
+
+def computed_by_the_compiled_call() -> tuple[list[str], list[str]]:
+    """(Triton kernels, host ATen operators) that computed the last compile_and_run's compiled call under compute
+    mode; both empty on a real NPU, where nothing is written to the ledger."""
+    from pytest_npu_lazy.cann.compute import HOST_ATEN, LEDGER, TRITON_INTERPRETER
+
+    entries = LEDGER.since(COMPILED_FROM[0])
+    return ([e.name for e in entries if e.by == TRITON_INTERPRETER], [e.name for e in entries if e.by == HOST_ATEN])
 
 
 def assert_equal_to_eager(compiled, eager, rtol=None, atol=None, equal_nan=False) -> None:
