@@ -126,6 +126,7 @@ POW_CASES = {
     "negative_int": (lambda x: x ** -2, "float32", "kernel"),
     "large_int": (lambda x: x ** 40, "float32", "kernel"),
     "fractional": (lambda x: x ** 2.5, "float32", "kernel"),
+    "one_and_a_half": (lambda x: x ** 1.5, "float32", "kernel"),  # beside 0.5: the sqrt branch must not take it
     "tensor_exponent": (lambda x: x ** (x * 0.5), "float32", "kernel"),
     "base_two": (lambda x: 2 ** x, "float32", "kernel"),
     "base_three": (lambda x: 3 ** x, "float32", "kernel"),
