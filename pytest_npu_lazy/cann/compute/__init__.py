@@ -9,6 +9,8 @@ memory, the Triton driver's answers), and:
   Triton's interpreter, through torch_npu's own launcher and heuristics;
 - :mod:`.batching`: a launch's programs run together where the kernel's source shows that
   changes no value (the interpreter's cost is per program);
+- :mod:`.loops`: a sum's reduction loop runs its iterations together, folded in order, where the
+  kernel's source shows that changes no value (the interpreter's cost is per iteration);
 - :mod:`.ledger`: what computed each value (host ATen kernel, Triton interpreter, refused).
 
 What has no CPU kernel (torch_npu's ``npu_*`` operators, ACL-only paths, collectives) is

@@ -40,7 +40,9 @@ names what it bridges and goes away by itself where the installed Triton needs n
 Then what the interpreter computes, made what the device computes: its conversions, NaN rules,
 bfloat16 arithmetic and integer division (:mod:`.numerics`), and its reductions and scans
 (:mod:`.reductions`, which also reduces Inductor's ``min``/``max``/``argmin``/``argmax``
-combine functions with NumPy, after checking that their code is torch's). And the interpreter
+combine functions with NumPy, after checking that their code is torch's); a launch's programs run
+together (:mod:`.batching`) and a sum's loop iterations run together (:mod:`.loops`) where the
+kernel's source shows that changes no value. And the interpreter
 copies every tensor argument to the host and back around each launch. On the emulated NPU the
 device memory *is* host memory, so arguments are aliased instead (:func:`.host_kernels.host_alias`),
 which also keeps each argument's strides and storage offset exactly as the kernel indexes
