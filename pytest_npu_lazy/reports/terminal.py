@@ -183,6 +183,14 @@ def _on_emulated_npu(check: dict) -> bool:
                for row in (*check.get("outputs", ()), *check.get("gradients", ())))
 
 
+def _producer(by: str, name: str) -> str:
+    """Who produced a compared value: where the compiled code ran (``device`` rows name the device type), or
+    :data:`PRODUCED_BY`'s words for the emulated NPU's producers."""
+    if by == "device":
+        return f"the compiled code on {name or 'its device'}"
+    return PRODUCED_BY.get(by, by)
+
+
 def check_units(check: dict) -> list[str]:
     """``checked first_call against eager: 2 outputs by Triton kernel(s) in Triton's interpreter (k);`` ... with a
     warning first where no Triton kernel produced any of the compared values on the emulated NPU."""
@@ -195,10 +203,9 @@ def check_units(check: dict) -> list[str]:
             by.setdefault(row["by"], []).append(row.get("name", ""))
         for source, names in by.items():
             named = ", ".join(dict.fromkeys(n for n in names if n))
-            if source == "device":  # the row's name is the device type: say where the compiled code ran
-                producer, named = f"the compiled code on {named or 'its device'}", ""
-            else:
-                producer = PRODUCED_BY.get(source, source)
+            producer = _producer(source, named)
+            if source == "device":  # the row's name (the device type) is in the producer already
+                named = ""
             units.append(f"{len(names)} {kind}{'s' if len(names) != 1 else ''} by {producer}"
                          + (f" ({named});" if named else ";"))
     units[-1] = units[-1].rstrip(";")
@@ -225,10 +232,7 @@ def _device_tally(entries: list[dict]) -> list[str]:
             continue
         tests += 1
         for row in rows:
-            if row.get("by") == "device":
-                key = f"the compiled code on {row.get('name') or 'its device'}"
-            else:
-                key = PRODUCED_BY.get(row["by"], row["by"])
+            key = _producer(row["by"], row.get("name") or "")
             counts[key] = counts.get(key, 0) + 1
     if not tests:
         return []

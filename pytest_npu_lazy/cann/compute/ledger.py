@@ -13,6 +13,7 @@ and forked children inherit the list (a child reads only its own entries, from a
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -55,7 +56,7 @@ class Ledger:
     def add_detail(self, index: int, more: str) -> None:
         """Append to entry ``index``'s detail what was learnt while it ran (how an interpreted kernel's loops ran)."""
         entry = self.entries[index]
-        self.entries[index] = Computation(entry.by, entry.name, entry.stamp, f"{entry.detail}; {more}", entry.wrote)
+        self.entries[index] = dataclasses.replace(entry, detail=f"{entry.detail}; {more}")
 
     def since(self, index: int) -> list[Computation]:
         return self.entries[index:]

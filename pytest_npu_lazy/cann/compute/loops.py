@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import math
 import os
 
 from .batching import (_BUILTINS, _HELPER_MODULES, _HELPER_REDUCTIONS, _MOVES_VALUES, _ORDERED, _ROW_METHODS,
@@ -421,20 +422,13 @@ def loop_width(numel, step: int, offset: str, *accumulators) -> int:
     if any(not shape or shape[-1] != step for shape in shapes):
         NOTES.append(f"loop over {offset} iteration by iteration: an accumulator's last axis is not {step}")
         return step
-    per_iteration = max(int(_product(shape)) for shape in shapes)
+    per_iteration = max(math.prod(shape) for shape in shapes)
     together = _largest_divisor(count, max(1, MAX_BLOCK_ELEMENTS // per_iteration))
     if together == 1:
         NOTES.append(f"loop over {offset} iteration by iteration: {count} iterations, no divisor fits")
         return step
     NOTES.append(f"loop over {offset}: {count} iterations as {count // together} of {together} together")
     return step * together
-
-
-def _product(shape) -> int:
-    result = 1
-    for size in shape:
-        result *= size
-    return result
 
 
 #: accumulators NumPy adds exactly as the interpreter's ``+`` does (IEEE, or wrapping integers)
