@@ -50,6 +50,11 @@ class DeviceCall:
     torch_npu_line: CodeLocation | None  # innermost torch_npu frame
     thread: str = "python"  # "python"; for a call made without the GIL, the thread that made it
 
+    @property
+    def on_a_native_thread(self) -> bool:
+        """Made on a thread that runs no Python (torch_npu's task queue, say): not the caller's own call."""
+        return self.thread.startswith("native thread")
+
     def where(self) -> str:
         if self.line is None and self.thread.startswith("Python thread"):
             return f"Python line not read (made on {self.thread}; read for the first call of a name in a phase)"

@@ -67,14 +67,16 @@ def _until_the_task_queue_set_its_device(npu_lazy, seconds: float = 10.0) -> Non
     loaded machine the thread's ``aclrtSetDevice`` could land in the next phase and read as the wrapper's. Wait (a
     bounded while) until that thread's call, made off the main thread, is in this phase: the main thread's own
     ``aclrtSetDevice`` (torch_npu's lazy init) comes first and says nothing of the thread's; a call the wrapper
-    makes itself is still the wrapper's."""
+    makes itself is still the wrapper's. The main thread's own call is made with the GIL released (torch's ``to``
+    releases it), so "not the Python caller" is not enough: only a call from a thread that runs no Python is the
+    queue's."""
     import time
 
     if not npu_lazy.device_calls_recorded:
         return
 
     def the_threads_call_is_in() -> bool:
-        return any(call.name == "aclrtSetDevice" and call.thread != "python"
+        return any(call.name == "aclrtSetDevice" and call.on_a_native_thread
                    for call in npu_lazy.device_call_records("to_device"))
 
     deadline = time.monotonic() + seconds
