@@ -23,6 +23,8 @@
  * file is compiled by pytest_npu_lazy.cann.build into its own library, which every stub
  * library of the emulation lists in DT_NEEDED: one copy of the state, found by soname and by
  * dlsym() on any stub's handle. */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -316,6 +318,29 @@ EXPORT aclError aclrtGetDeviceCount(uint32_t *count)
     return done("aclrtGetDeviceCount", ACL_SUCCESS);
 }
 
+/* Whether a thread that runs no Python has set the device: torch_npu's task queue, whose thread binds the
+ * device as it starts (off the caller's thread). On a device, the first copy waits for that thread, which
+ * runs it; the compute mode's host kernels compute on the caller's thread, so they ask this and wait once. */
+static int queue_bound;
+
+static int on_a_thread_without_python(void)
+{
+    static int (*python_running)(void);
+    static void *(*thread_state)(void);
+    static int looked_up;
+    if (!__atomic_load_n(&looked_up, __ATOMIC_ACQUIRE)) {
+        python_running = (int (*)(void))dlsym(RTLD_DEFAULT, "Py_IsInitialized");
+        thread_state = (void *(*)(void))dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState");
+        __atomic_store_n(&looked_up, 1, __ATOMIC_RELEASE);
+    }
+    return python_running != NULL && thread_state != NULL && python_running() && thread_state() == NULL;
+}
+
+EXPORT int npu_lazy_emulation_queue_bound(void)
+{
+    return __atomic_load_n(&queue_bound, __ATOMIC_ACQUIRE);
+}
+
 EXPORT aclError aclrtSetDevice(int32_t device)
 {
     if (!valid_device(device))
@@ -323,6 +348,8 @@ EXPORT aclError aclrtSetDevice(int32_t device)
     current_device = device;
     current_context = &primary_context;
     primary_active = 1;
+    if (on_a_thread_without_python())
+        __atomic_store_n(&queue_bound, 1, __ATOMIC_RELEASE);
     return done("aclrtSetDevice", ACL_SUCCESS);
 }
 

@@ -51,37 +51,27 @@ def _generated_kernels(error: BaseException) -> dict[str, str]:
 
 @pytest.fixture
 def on_npu(npu_lazy):
-    """An input on the NPU and its CPU copy, made before any compile phase (device initialised here)."""
+    """An input on the NPU and its CPU copy, made before any compile phase (device initialised here).
+
+    torch_npu's task-queue thread binds the device (``aclrtSetDevice``) as it starts; a device's first copy
+    waits for it, and so does the emulated NPU's (``compute`` computes on the caller's thread and waits for the
+    queue once): that call is this phase's, never a later one's."""
     import torch
 
     host = torch.randn(64)
     with npu_lazy.phase("to_device"):
         device = host.to("npu")
-        _until_the_task_queue_set_its_device(npu_lazy)
     return host, device
 
 
-def _until_the_task_queue_set_its_device(npu_lazy, seconds: float = 10.0) -> None:
-    """torch_npu's task-queue thread sets the device as it starts, off the main thread. Its copy to the device waits
-    for that thread on an NPU and under ``emulate``; under ``compute`` the host copies and nothing waits, so on a
-    loaded machine the thread's ``aclrtSetDevice`` could land in the next phase and read as the wrapper's. Wait (a
-    bounded while) until that thread's call, made off the main thread, is in this phase: the main thread's own
-    ``aclrtSetDevice`` (torch_npu's lazy init) comes first and says nothing of the thread's; a call the wrapper
-    makes itself is still the wrapper's. The main thread's own call is made with the GIL released (torch's ``to``
-    releases it), so "not the Python caller" is not enough: only a call from a thread that runs no Python is the
-    queue's."""
-    import time
-
+def test_the_task_queue_binds_the_device_in_the_phase_of_the_first_copy(npu_lazy, on_npu):
+    """A device call made later by a thread the device's start began is read as the later phase's own: the
+    first copy returns only once torch_npu's queue thread (a thread that runs no Python) has set the device."""
     if not npu_lazy.device_calls_recorded:
-        return
-
-    def the_threads_call_is_in() -> bool:
-        return any(call.name == "aclrtSetDevice" and call.on_a_native_thread
-                   for call in npu_lazy.device_call_records("to_device"))
-
-    deadline = time.monotonic() + seconds
-    while not the_threads_call_is_in() and time.monotonic() < deadline:
-        time.sleep(0.01)
+        pytest.skip("needs recorded device calls (the emulated NPU): a real CANN has no call hook")
+    bindings = [call for call in npu_lazy.device_call_records("to_device")
+                if call.name == "aclrtSetDevice" and call.on_a_native_thread]
+    assert bindings, [(call.name, call.thread) for call in npu_lazy.device_call_records("to_device")]
 
 
 def test_wrapper_for_npu_tensors_defers_the_npu_backend(npu_lazy, on_npu):

@@ -632,3 +632,57 @@ def test_a_constexpr_annotated_as_a_string_is_one_as_the_compiler_reads_it():
     pytest.importorskip("triton")
     got = run_python(STRING_CONSTEXPR_CHECK.format(root=str(Path(__file__).resolve().parents[2])))
     assert got["out"] == [2.0 * i for i in range(10)], got
+
+
+class _QueueBound:
+    """Stands in for the emulation's ``npu_lazy_emulation_queue_bound``: bound after ``after`` asks (never: None)."""
+
+    def __init__(self, after: int | None) -> None:
+        self.after, self.asked = after, 0
+
+    def __call__(self) -> int:
+        self.asked += 1
+        return int(self.after is not None and self.asked > self.after)
+
+
+@pytest.fixture
+def queue_bound(monkeypatch):
+    from pytest_npu_lazy.cann.compute import host_kernels
+
+    def install(after: int | None) -> _QueueBound:
+        bound = _QueueBound(after)
+        monkeypatch.setattr(host_kernels, "_queue_waited", False)
+        monkeypatch.setattr(host_kernels.ctypes, "PyDLL",
+                            lambda name: type("Emulation", (), {"npu_lazy_emulation_queue_bound": bound})())
+        return bound
+
+    return install
+
+
+def test_the_first_host_kernel_waits_for_the_task_queue_to_bind_the_device_and_no_later_one(queue_bound,
+                                                                                           monkeypatch):
+    from pytest_npu_lazy.cann.compute.host_kernels import wait_for_the_task_queue_once
+
+    monkeypatch.delenv("TASK_QUEUE_ENABLE", raising=False)
+    bound = queue_bound(after=3)
+    wait_for_the_task_queue_once()
+    assert bound.asked == 4  # asked until the queue's thread had set the device
+    wait_for_the_task_queue_once()
+    assert bound.asked == 4  # once a process
+
+
+def test_no_wait_without_a_task_queue_and_a_bounded_one_for_a_queue_that_never_binds(queue_bound, monkeypatch):
+    import time
+
+    from pytest_npu_lazy.cann.compute import host_kernels
+
+    monkeypatch.setenv("TASK_QUEUE_ENABLE", "0")  # torch_npu starts no queue thread
+    bound = queue_bound(after=None)
+    host_kernels.wait_for_the_task_queue_once()
+    assert bound.asked == 0
+    monkeypatch.setenv("TASK_QUEUE_ENABLE", "1")
+    monkeypatch.setattr(host_kernels, "QUEUE_BINDING_WAIT_S", 0.05)
+    bound = queue_bound(after=None)
+    started = time.monotonic()
+    host_kernels.wait_for_the_task_queue_once()
+    assert bound.asked > 1 and time.monotonic() - started < 5
