@@ -212,7 +212,7 @@ class DeviceCallLog:
                 names[threading.get_native_id()] = threading.current_thread().name  # a fork's main thread: a new id
             for item in buffer[:count]:
                 thread = (f"Python thread {names[item.thread]!r} while the GIL was released" if item.thread in names
-                          else f"native thread {item.thread}")
+                          else _native_thread(item.thread))
                 line, torch_npu_line = self._samples.pop(item.sample, (None, None))
                 self.calls.append(DeviceCall(item.name.decode(errors="replace"), int(item.result), item.stamp,
                                              None, line, torch_npu_line, thread=thread))
@@ -224,6 +224,15 @@ class DeviceCallLog:
     @property
     def dropped(self) -> int:
         return int(self._library.npu_lazy_dropped_device_calls()) if self._library is not None else 0
+
+
+def _native_thread(tid: int) -> str:
+    """A thread that runs no Python, with the name its code gave it (torch_npu's task queue: ``acl_thread``)."""
+    try:
+        with open(f"/proc/self/task/{tid}/comm") as comm:
+            return f"native thread {tid} {comm.read().strip()!r}"
+    except OSError:  # it ended since, or no /proc
+        return f"native thread {tid}"
 
 
 def _why_unavailable(cann_mode: str | None) -> str:

@@ -235,6 +235,17 @@ def test_unavailable_reasons_name_the_mode_and_the_fix():
     assert "delete it to rebuild" in _why_unavailable("stub")
 
 
+def test_a_native_thread_is_named_as_its_code_named_it():
+    import threading
+
+    from pytest_npu_lazy.probe.device_calls import _native_thread
+
+    tid = threading.get_native_id()
+    with open(f"/proc/self/task/{tid}/comm") as comm:
+        assert _native_thread(tid) == f"native thread {tid} {comm.read().strip()!r}"
+    assert _native_thread(2 ** 30) == f"native thread {2 ** 30}"  # ended, or never was
+
+
 def test_queued_calls_are_placed_by_time_and_runs_are_counted():
     queued = DeviceCall("aclrtSetDevice", 0, 5.0, None, None, None, thread="native thread 7")
     held = DeviceCall("aclrtMalloc", 0, 6.0, "copy", None, None)
