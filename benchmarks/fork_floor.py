@@ -56,7 +56,7 @@ def bench(args, env: dict[str, str], preload: tuple[str, ...] = ("torch", "torch
     reps = 5 if args.quick else 50
     result = subprocess.run([sys.executable, "-c", SCRIPT, str(reps), ",".join(preload)], env=env,
                             capture_output=True, text=True, cwd=REPO)
-    line = next((l for l in result.stdout.splitlines() if l.startswith("FORK")), None)
+    line = next((text for text in result.stdout.splitlines() if text.startswith("FORK")), None)
     if result.returncode != 0 or line is None:
         return {"error": f"fork floor script failed: {result.stderr[-1500:]}"}
     _, round_trip, alive = line.split()

@@ -65,7 +65,8 @@ def machine() -> dict:
     except OSError:
         pass
     try:
-        memory = next(l.split()[1] for l in Path("/proc/meminfo").read_text().splitlines() if l.startswith("MemTotal"))
+        memory = next(text.split()[1] for text in Path("/proc/meminfo").read_text().splitlines()
+                      if text.startswith("MemTotal"))
         memory_gib = round(int(memory) / 2**20, 1)
     except (OSError, StopIteration):
         memory_gib = None

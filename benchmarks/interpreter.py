@@ -141,7 +141,7 @@ def _run(variant: str, size: int, repeats: int, env: dict[str, str]) -> dict | s
         script.write_text(SCRIPT)
         done = subprocess.run([sys.executable, str(script), variant, str(size), str(repeats)], env=environment,
                               capture_output=True, text=True, cwd=REPO)
-    line = next((l for l in done.stdout.splitlines() if l.startswith("RESULT ")), None)
+    line = next((text for text in done.stdout.splitlines() if text.startswith("RESULT ")), None)
     if done.returncode != 0 or line is None:
         return f"the {variant} interpreter script failed: {done.stderr[-1500:]}"
     return json.loads(line[len("RESULT "):])

@@ -91,7 +91,7 @@ def heavy_import(folder: Path, tests: int) -> Path:
 def real_suite(folder: Path) -> tuple[Path, str] | None:
     """The CI comparison's third-party suite, unpacked from its pinned sdist (downloaded once)."""
     requirement = REPO / "requirements" / "real-suite.txt"
-    line = next(l for l in requirement.read_text().splitlines() if l and not l.startswith("#"))
+    line = next(text for text in requirement.read_text().splitlines() if text and not text.startswith("#"))
     name, version, digest = re.fullmatch(r"(\S+)==(\S+) --hash=sha256:([0-9a-f]{64})", line.strip()).groups()
     from pytest_npu_lazy.cann import default_cache_dir
 
@@ -167,7 +167,7 @@ def bench(args, env: dict, work: Path, run_pytest, per_test, forked_python, log)
     suites.append(("dynamo", "test/dynamo (isolated by its markers)", REPO, dynamo, [], None))
     for key, description, folder, paths, isolated_args, subset in suites:
         row: dict = {"description": description, "columns": {}}
-        for column, (label, extra) in COLUMNS.items():
+        for column, (_label, extra) in COLUMNS.items():
             if key == "dynamo" and column in ("in_process", "forked"):
                 row["columns"][column] = {"skipped": "its guarantees need isolation: in one process they "
                                                      "are contaminated by design"}

@@ -37,7 +37,7 @@ def bench(args, env: dict[str, str]) -> dict:
         for mode in order:
             result = subprocess.run([sys.executable, "-c", SCRIPT, mode], env=env,
                                     capture_output=True, text=True, cwd=REPO)
-            line = next((l for l in result.stdout.splitlines() if l.startswith("IMPORT_SECONDS")), None)
+            line = next((text for text in result.stdout.splitlines() if text.startswith("IMPORT_SECONDS")), None)
             if result.returncode != 0 or line is None:
                 return {"error": f"recorder run ({mode}) failed: {result.stderr[-1500:]}"}
             times[mode].append(float(line.split()[1]))

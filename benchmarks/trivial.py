@@ -65,7 +65,7 @@ def forked_in_main_venv(folder: Path, env: dict[str, str]) -> str | None:
         return None
     import pytest
 
-    line = next((l for l in run["output_tail"].splitlines() if "EXITED" in l or "Error" in l), "")
+    line = next((text for text in run["output_tail"].splitlines() if "EXITED" in text or "Error" in text), "")
     return (f"pytest-forked {FORKED_VERSION} fails every test on pytest {pytest.__version__} "
             f"(exit status {run['returncode']}; {line.strip()[:200]})")
 
@@ -149,7 +149,7 @@ def markdown(trivial: dict) -> list[str]:
     out.append("| isolation | median ms | p90 ms | mean ms | startup s (launch to end of first test) | ratio to zygote (median) |")
     out.append("| --- | ---: | ---: | ---: | ---: | ---: |")
     zyg = trivial["variants"].get("zygote", {}).get("marginal", {}).get("median_ms")
-    for name, entry in trivial["variants"].items():
+    for entry in trivial["variants"].values():
         if "impossible" in entry:
             out.append(f"| {entry['description']} | impossible: {entry['impossible'][:300]} | | | | |")
             continue

@@ -249,7 +249,7 @@ def test_npu_backend_scope_sets_env_inside_and_restores_on_exit(npu_lazy, backen
 def _shape_handling_installed() -> bool:
     """torch_npu's shape handling wraps Dynamo's context call (``_patch_dynamo_context``)."""
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
-    call = getattr(getattr(eval_frame, "_TorchDynamoContext", None), "__call__", None)
+    call = vars(getattr(eval_frame, "_TorchDynamoContext", object)).get("__call__")  # the class's own, if wrapped
     return getattr(call, "__module__", None) == "torch_npu.utils._dynamo"
 
 

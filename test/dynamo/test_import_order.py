@@ -57,7 +57,7 @@ def _getattr_defect() -> str | None:
     for name, module in list(sys.modules.items()):
         if isinstance(module, types.ModuleType) and "__getattr__" in vars(module):
             try:
-                module.torch
+                getattr(module, "torch")  # noqa: B009 - the module's __getattr__ is what runs
             except AttributeError:
                 continue
             except Exception as exc:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
+from pytest_npu_lazy.reports.environment import triton_flavour
+
 PYTEST_9 = Version(pytest.__version__) >= Version("9")
 PYTEST_9_1 = Version(pytest.__version__) >= Version("9.1")
-
-from pytest_npu_lazy.reports.environment import triton_flavour
 
 pytestmark = pytest.mark.usefixtures("fake_heavy_package")
 
