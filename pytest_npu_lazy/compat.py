@@ -249,3 +249,20 @@ def xdist_queued_items(config: pytest.Config) -> list[pytest.Item] | None:
     except (AttributeError, TypeError):  # another pytest-xdist's queue: the worker plans nothing ahead, as before
         return None
     return [items[index] for index in indices if 0 <= index < len(items)]
+
+
+def skip_reasons_listed(terminalreporter: Any) -> bool:
+    """Whether pytest's own short summary lists each skip (``-rs``, ``-ra``, ``-rA``): ``TerminalReporter.reportchars``
+    is ``getreportopt(config)``, the ``-r`` characters with ``a``/``A`` expanded (pytest 8.0-9.2)."""
+    chars = getattr(terminalreporter, "reportchars", None)
+    return chars is None or "s" in chars or "S" in chars
+
+
+def skip_reason(report: Any) -> str | None:
+    """A skipped report's reason, as pytest's ``-rs`` line shows it; None if the report does not carry one.
+    A skip's ``longrepr`` is ``(path, lineno, "Skipped: reason")`` (pytest 8.0-9.2)."""
+    longrepr = getattr(report, "longrepr", None)
+    if isinstance(longrepr, tuple) and len(longrepr) == 3 and isinstance(longrepr[2], str):
+        reason = longrepr[2]
+        return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+    return None

@@ -326,6 +326,13 @@ class Reporter:
             for line in tally:  # a node id is never broken (pytest does not break it either)
                 for text in ([line] if line.startswith("  ") else terminal.fit(line.split(" "), "", width)):
                     write(text)
+        if not compat.skip_reasons_listed(terminalreporter):
+            reasons = [reason for report in terminalreporter.stats.get("skipped", [])
+                       if (reason := compat.skip_reason(report)) is not None]
+            if reasons:
+                terminalreporter.write_sep("=", "npu_lazy: skipped, by reason")
+                for line in terminal.skip_tally(reasons):
+                    write(line)
         if self.baseline is not None:
             over = [e for e in self.results.values() if e.budget]
             terminalreporter.write_sep("=", "npu_lazy import budget", red=bool(over), green=not over)

@@ -15,6 +15,7 @@ terminal's width. The data behind it is the JSON report's (``result_entry``).
 from __future__ import annotations
 
 import textwrap
+from collections import Counter
 from typing import Mapping
 
 SECTION = "npu_lazy: phases and watched modules"
@@ -297,3 +298,15 @@ def phase_modules(phase: Mapping[str, object]) -> str:
     if phase.get("module_count") is None:
         return "modules unknown: the child died" if phase.get("unfinished") else "modules unknown"
     return f"{phase['module_count']} modules"
+
+
+def skip_tally(reasons: list[str], most: int = 5) -> list[str]:
+    """Skips grouped by reason, most frequent first: on a runner without a device, most of a suite's skips say which
+    ``--npu-lazy-cann`` mode would run them, and pytest hides that without ``-rs``."""
+    counted = Counter(reasons).most_common()
+    lines = [f"{len(reasons)} test(s) skipped (-rs lists each):"]
+    lines += [f"  {count} x {reason}" for reason, count in counted[:most]]
+    if len(counted) > most:
+        rest = counted[most:]
+        lines.append(f"  {sum(count for _, count in rest)} x {len(rest)} other reason(s)")
+    return lines

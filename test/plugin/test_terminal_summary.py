@@ -200,3 +200,41 @@ def test_the_tally_counts_values_compared_where_the_compiled_code_ran_outside_co
         {"by": "Triton interpreter", "name": "triton_poi_0"}]}]}
     lines = check_tally([interpreted])
     assert len(lines) == 1 and lines[0].startswith("compute mode (the emulated NPU"), lines
+
+
+SKIPPING = '''
+import pytest
+
+
+@pytest.mark.parametrize("i", range(3))
+def test_on_a_device(i):
+    pytest.skip("needs an NPU device, real or emulated (--npu-lazy-cann=emulate)")
+
+
+@pytest.mark.skip(reason="needs pytest-xdist, which is not installed")
+def test_parallel():
+    pass
+'''
+
+
+def test_skips_are_counted_by_reason_where_pytest_would_not_list_them(suite, run_pytest):
+    """A newcomer's first run on a runner without a device is mostly ``s``: the reasons say which mode runs them."""
+    suite.makepyfile(test_skipping=SKIPPING)
+    text = run_pytest().result.stdout.str()
+    section = text.split("npu_lazy: skipped, by reason", 1)[1].split("\n", 1)[1]
+    assert section.splitlines()[:3] == [
+        "4 test(s) skipped (-rs lists each):",
+        "  3 x needs an NPU device, real or emulated (--npu-lazy-cann=emulate)",
+        "  1 x needs pytest-xdist, which is not installed"], text
+    for listed in ("-rs", "-ra", "-rA"):  # pytest lists each skip itself: no second list
+        assert "npu_lazy: skipped, by reason" not in run_pytest(listed).result.stdout.str(), listed
+    suite.path.joinpath("test_skipping.py").unlink()
+    assert "npu_lazy: skipped, by reason" not in run_pytest().result.stdout.str()
+
+
+def test_the_skip_tally_keeps_the_commonest_reasons():
+    from pytest_npu_lazy.reports.terminal import skip_tally
+
+    reasons = ["a"] * 3 + ["b"] * 2 + [f"r{i}" for i in range(6)]
+    assert skip_tally(reasons, most=2) == ["11 test(s) skipped (-rs lists each):", "  3 x a", "  2 x b",
+                                           "  6 x 6 other reason(s)"]
