@@ -251,18 +251,13 @@ def xdist_queued_items(config: pytest.Config) -> list[pytest.Item] | None:
     return [items[index] for index in indices if 0 <= index < len(items)]
 
 
-def skip_reasons_listed(terminalreporter: Any) -> bool:
-    """Whether pytest's own short summary lists each skip (``-rs``, ``-ra``, ``-rA``): ``TerminalReporter.reportchars``
-    is ``getreportopt(config)``, the ``-r`` characters with ``a``/``A`` expanded (pytest 8.0-9.2)."""
+
+def skips_hidden_by_pytest(terminalreporter: Any) -> bool:
+    """Whether pytest's own end of run leaves skip reasons out while a short summary is wanted: ``-r`` without
+    ``s``/``S`` (``a``/``A`` expanded by ``getreportopt``, kept as ``TerminalReporter.reportchars``), neither
+    ``-rN`` (no short summary: nothing left but the ``w`` that ``getreportopt`` adds for warnings) nor
+    ``--no-summary`` (pytest 8.0-9.2)."""
     chars = getattr(terminalreporter, "reportchars", None)
-    return chars is None or "s" in chars or "S" in chars
-
-
-def skip_reason(report: Any) -> str | None:
-    """A skipped report's reason, as pytest's ``-rs`` line shows it; None if the report does not carry one.
-    A skip's ``longrepr`` is ``(path, lineno, "Skipped: reason")`` (pytest 8.0-9.2)."""
-    longrepr = getattr(report, "longrepr", None)
-    if isinstance(longrepr, tuple) and len(longrepr) == 3 and isinstance(longrepr[2], str):
-        reason = longrepr[2]
-        return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
-    return None
+    if chars is None or getattr(terminalreporter.config.option, "no_summary", False):
+        return False
+    return chars.replace("w", "") != "" and "s" not in chars and "S" not in chars

@@ -318,12 +318,19 @@ EXPORT aclError aclrtGetDeviceCount(uint32_t *count)
     return done("aclrtGetDeviceCount", ACL_SUCCESS);
 }
 
-/* Whether a thread that runs no Python has set the device: torch_npu's task queue, whose thread binds the
- * device as it starts (off the caller's thread). On a device, the first copy waits for that thread, which
- * runs it; the compute mode's host kernels compute on the caller's thread, so they ask this and wait once. */
+/* torch_npu's task queue: its device start creates the default stream (on the caller's thread, which runs
+ * Python) and then starts the queue's thread, a thread that runs no Python, whose first act is aclrtSetDevice.
+ * On a device the first copy waits for that thread (the copy is a task it runs); the compute mode's host
+ * kernels compute on the caller's thread, and a phase can end before the thread has run at all. So the
+ * emulation says where the queue stands (npu_lazy_emulation_queue_state: 0 no stream made by Python code yet,
+ * 1 made and the queue's thread has not set the device, 2 it has), and pytest_npu_lazy.cann.task_queue waits
+ * on it at phase ends and after host kernels. */
+static int stream_made_by_python;
 static int queue_bound;
 
-static int on_a_thread_without_python(void)
+/* 1: this thread runs no Python (a C++ thread of torch_npu's); 0: it is a Python thread (holding the GIL or
+ * not); -1: unknown (Python is not running, or its symbols are not found). */
+static int thread_without_python(void)
 {
     static int (*python_running)(void);
     static void *(*thread_state)(void);
@@ -333,12 +340,16 @@ static int on_a_thread_without_python(void)
         thread_state = (void *(*)(void))dlsym(RTLD_DEFAULT, "PyGILState_GetThisThreadState");
         __atomic_store_n(&looked_up, 1, __ATOMIC_RELEASE);
     }
-    return python_running != NULL && thread_state != NULL && python_running() && thread_state() == NULL;
+    if (python_running == NULL || thread_state == NULL || !python_running())
+        return -1;
+    return thread_state() == NULL;
 }
 
-EXPORT int npu_lazy_emulation_queue_bound(void)
+EXPORT int npu_lazy_emulation_queue_state(void)
 {
-    return __atomic_load_n(&queue_bound, __ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&queue_bound, __ATOMIC_ACQUIRE))
+        return 2;
+    return __atomic_load_n(&stream_made_by_python, __ATOMIC_ACQUIRE) ? 1 : 0;
 }
 
 EXPORT aclError aclrtSetDevice(int32_t device)
@@ -348,9 +359,10 @@ EXPORT aclError aclrtSetDevice(int32_t device)
     current_device = device;
     current_context = &primary_context;
     primary_active = 1;
-    if (on_a_thread_without_python())
+    aclError result = done("aclrtSetDevice", ACL_SUCCESS); /* recorded (and stamped) before it is said bound */
+    if (thread_without_python() == 1)
         __atomic_store_n(&queue_bound, 1, __ATOMIC_RELEASE);
-    return done("aclrtSetDevice", ACL_SUCCESS);
+    return result;
 }
 
 EXPORT aclError aclrtGetDevice(int32_t *device)
@@ -543,7 +555,10 @@ EXPORT aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t priori
 {
     (void)priority;
     (void)flag;
-    return create_stream("aclrtCreateStreamWithConfig", stream);
+    aclError result = create_stream("aclrtCreateStreamWithConfig", stream);
+    if (result == ACL_SUCCESS && thread_without_python() == 0) /* torch_npu's default stream: its queue follows */
+        __atomic_store_n(&stream_made_by_python, 1, __ATOMIC_RELEASE);
+    return result;
 }
 
 static aclError destroy_stream(const char *name, aclrtStream stream)

@@ -52,7 +52,8 @@ class DeviceCall:
 
     @property
     def on_a_native_thread(self) -> bool:
-        """Made on a thread that runs no Python (torch_npu's task queue, say): not the caller's own call."""
+        """Made on a thread that no live Python thread was when the call was read: a C++ thread of torch_npu's
+        (its task queue) or torch's (autograd's workers), never the test's own thread."""
         return self.thread.startswith("native thread")
 
     def where(self) -> str:
@@ -203,6 +204,7 @@ class DeviceCallLog:
             self._queue_buffer = (_QueuedCall * 256)()
         buffer = self._queue_buffer
         names: dict[int | None, str] = {}  # filled once a call comes; never empty then (this thread's name is in)
+        native: dict[int, str] = {}
         taken = 0
         while True:
             count = self._library.npu_lazy_take_queued_device_calls(buffer, len(buffer))
@@ -211,8 +213,10 @@ class DeviceCallLog:
                 names = {thread.native_id: thread.name for thread in threading.enumerate()}
                 names[threading.get_native_id()] = threading.current_thread().name  # a fork's main thread: a new id
             for item in buffer[:count]:
-                thread = (f"Python thread {names[item.thread]!r} while the GIL was released" if item.thread in names
-                          else _native_thread(item.thread))
+                if item.thread in names:
+                    thread = f"Python thread {names[item.thread]!r} while the GIL was released"
+                else:  # read once a take: torch_npu's queue makes most calls under emulate
+                    thread = native.get(item.thread) or native.setdefault(item.thread, _native_thread(item.thread))
                 line, torch_npu_line = self._samples.pop(item.sample, (None, None))
                 self.calls.append(DeviceCall(item.name.decode(errors="replace"), int(item.result), item.stamp,
                                              None, line, torch_npu_line, thread=thread))

@@ -17,6 +17,7 @@ from typing import Callable, Iterator
 
 from . import inductor_cache
 from .blocking import ModuleBlocker
+from ..cann import task_queue
 from ..cann.common import ENV_MODE
 from ..cann.compute import ledger as compute_ledger
 from ..cann.emulation import REFUSAL_RESULT
@@ -149,6 +150,7 @@ class ProbeState:
         span = next((p for p in self.phases if p.name == name), None)
         if span is not None and not repeatable:
             self.check_new_phase(name)
+        task_queue.wait_until_bound()  # before the span starts: the queue's call is the enclosing phase's
         previous = self._switch_phase(name)
         now = self.recorder._now()
         if span is None:
@@ -163,6 +165,7 @@ class ProbeState:
             self._explain_failure(name, exc)
             raise
         finally:
+            task_queue.wait_until_bound()  # before the span ends: a device started here has its queue's call here
             self._switch_phase(previous)
             span.ended = self.recorder._now()
             self._notify(span)
@@ -194,6 +197,7 @@ class ProbeState:
 
     def runner_phase(self, name: str) -> None:
         """Switch to a runner phase (setup, test, teardown), closing the previous one."""
+        task_queue.wait_until_bound()  # a device started in the closing phase: its queue's call is that phase's
         now = self.recorder._now()
         if self._idle_since is not None:
             self.idle.append((self._idle_since, now))

@@ -326,13 +326,11 @@ class Reporter:
             for line in tally:  # a node id is never broken (pytest does not break it either)
                 for text in ([line] if line.startswith("  ") else terminal.fit(line.split(" "), "", width)):
                     write(text)
-        if not compat.skip_reasons_listed(terminalreporter):
-            reasons = [reason for report in terminalreporter.stats.get("skipped", [])
-                       if (reason := compat.skip_reason(report)) is not None]
-            if reasons:
-                terminalreporter.write_sep("=", "npu_lazy: skipped, by reason")
-                for line in terminal.skip_tally(reasons):
-                    write(line)
+        skipped = terminalreporter.stats.get("skipped", [])
+        if skipped and config.getoption("npu_lazy_summary") != "none" and compat.skips_hidden_by_pytest(terminalreporter):
+            terminalreporter.write_sep("=", "npu_lazy: skipped, by reason")
+            for line in terminal.skip_tally([_skip_reason(report) or "" for report in skipped], width):
+                write(line)
         if self.baseline is not None:
             over = [e for e in self.results.values() if e.budget]
             terminalreporter.write_sep("=", "npu_lazy import budget", red=bool(over), green=not over)

@@ -300,12 +300,18 @@ def phase_modules(phase: Mapping[str, object]) -> str:
     return f"{phase['module_count']} modules"
 
 
-def skip_tally(reasons: list[str], most: int = 5) -> list[str]:
-    """Skips grouped by reason, most frequent first: on a runner without a device, most of a suite's skips say which
-    ``--npu-lazy-cann`` mode would run them, and pytest hides that without ``-rs``."""
-    counted = Counter(reasons).most_common()
+def skip_tally(reasons: list[str], width: int = 80, most: int = 5) -> list[str]:
+    """Skips grouped by reason (as ``-rs`` words it, its first line), most frequent first, fitted to ``width``: on a
+    runner without a device most of a suite's skips say which ``--npu-lazy-cann`` mode would run them, and pytest
+    shows no reason without ``-rs``."""
+    def said(reason: str) -> str:
+        first = reason.strip().removeprefix("Skipped: ").strip().splitlines()
+        return first[0] if first else "(no reason given)"
+
+    counted = Counter(said(reason) for reason in reasons).most_common()
     lines = [f"{len(reasons)} test(s) skipped (-rs lists each):"]
-    lines += [f"  {count} x {reason}" for reason, count in counted[:most]]
+    for reason, count in counted[:most]:
+        lines += fit([f"{count} x", *reason.split(" ")], "  ", width, deeper="    ")
     if len(counted) > most:
         rest = counted[most:]
         lines.append(f"  {sum(count for _, count in rest)} x {len(rest)} other reason(s)")

@@ -232,3 +232,25 @@ def test_wrapper_initialising_the_device_is_caught(npu_lazy):
 def test_runtime_initialised_twice_is_caught(npu_lazy):
     regressions.runtime_initialised_twice()
     caught(test_first_device_use_initialises_exactly_once, npu_lazy, "to_device", says=("assert 2 == 1",))
+
+
+@pytest.mark.requires_npu(emulated=True)
+@pytest.mark.parametrize("start", ["empty", "copy"])
+def test_the_task_queues_device_call_belongs_to_the_phase_that_started_the_device(npu_lazy, start):
+    """Ours: a device start that copies nothing returns before torch_npu's queue thread has run (``init()`` and
+    ``set_device`` alone start no queue: the first allocation does); a host copy under ``compute`` runs on the
+    caller's thread; either way the queue thread's
+    ``aclrtSetDevice`` (made on a thread that runs no Python) is still the starting phase's, never the next
+    phase's own call, however late a loaded machine runs that thread."""
+    import torch
+    import torch_npu  # noqa: F401 - the npu device
+
+    if not npu_lazy.device_calls_recorded:
+        pytest.skip("needs recorded device calls (the emulated NPU): a real CANN has no call hook")
+    with npu_lazy.phase("start"):
+        torch.empty(4, device="npu") if start == "empty" else torch.ones(4).to("npu")
+    with npu_lazy.phase("next"):
+        pass
+    started = [call.thread for call in npu_lazy.device_call_records("start") if call.name == "aclrtSetDevice"]
+    assert any(thread.startswith("native thread") for thread in started), started
+    npu_lazy.assert_no_device_calls("aclrtSetDevice", phase="next")

@@ -375,3 +375,26 @@ def test_compatible_impl_mode_initialises_and_exits_cleanly(run_pytest, pytester
     assert run.outcomes == {"test_compatible.py::test_initialised": "passed"}, run.text()
     assert run.result.ret == pytest.ExitCode.OK, run.text()
     assert "terminate called" not in run.text()
+
+
+def test_the_queue_state_tells_the_task_queues_binding_from_the_callers_own(emulated):
+    """torch_npu's device start makes the default stream on the caller's thread, then its queue's thread (a C++
+    thread that runs no Python) sets the device: only that thread's aclrtSetDevice says the queue is bound."""
+    got = acl(emulated, """
+import threading
+state = acl.npu_lazy_emulation_queue_state
+answer["fresh"] = state()
+answer["set by the caller"] = [acl.aclrtSetDevice(0), state()]  # ctypes released the GIL: still a Python thread
+stream = c_void_p()
+answer["default stream"] = [acl.aclrtCreateStreamWithConfig(byref(stream), 0, 0), state()]
+thread = threading.Thread(target=acl.aclrtSetDevice, args=(0,))
+thread.start(); thread.join()
+answer["set by another Python thread"] = state()
+libc, tid = ctypes.CDLL(None), c_uint64()
+start = ctypes.cast(acl.aclrtSetDevice, c_void_p)  # its argument NULL: device 0
+answer["native thread"] = [libc.pthread_create(byref(tid), None, start, None), libc.pthread_join(tid, None)]
+answer["bound"] = state()
+""")
+    got.pop("stderr")
+    assert got == {"fresh": 0, "set by the caller": [0, 0], "default stream": [0, 1],
+                   "set by another Python thread": 1, "native thread": [0, 0], "bound": 2}

@@ -228,13 +228,18 @@ def test_skips_are_counted_by_reason_where_pytest_would_not_list_them(suite, run
         "  1 x needs pytest-xdist, which is not installed"], text
     for listed in ("-rs", "-ra", "-rA"):  # pytest lists each skip itself: no second list
         assert "npu_lazy: skipped, by reason" not in run_pytest(listed).result.stdout.str(), listed
+    for quiet in ("-rN", "--no-summary", "--npu-lazy-summary=none"):  # asked for no summary
+        assert "npu_lazy: skipped, by reason" not in run_pytest(quiet).result.stdout.str(), quiet
     suite.path.joinpath("test_skipping.py").unlink()
     assert "npu_lazy: skipped, by reason" not in run_pytest().result.stdout.str()
 
 
-def test_the_skip_tally_keeps_the_commonest_reasons():
+def test_the_skip_tally_keeps_the_commonest_reasons_and_fits_the_terminal():
     from pytest_npu_lazy.reports.terminal import skip_tally
 
-    reasons = ["a"] * 3 + ["b"] * 2 + [f"r{i}" for i in range(6)]
+    reasons = ["Skipped: a"] * 3 + ["b\nsecond line"] * 2 + [f"r{i}" for i in range(6)]
     assert skip_tally(reasons, most=2) == ["11 test(s) skipped (-rs lists each):", "  3 x a", "  2 x b",
                                            "  6 x 6 other reason(s)"]
+    long = skip_tally(["needs " + "a very long reason " * 10, ""], width=60)
+    assert max(map(len, long)) <= 60 and long[1].startswith("  1 x needs a very") and long[2].startswith("      long")
+    assert long[-1] == "  1 x (no reason given)"

@@ -41,11 +41,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import os
 import struct
-import time
 import warnings
 
+from .. import task_queue
 from .ledger import HOST_ATEN, LEDGER, LOST
 
 #: Operators that torch_npu keeps: they allocate or describe storage, they compute nothing.
@@ -83,37 +82,6 @@ def lost_reason() -> str:
     if _lost_reason is None:
         _lost_reason = _lost_reason_function()
     return (_lost_reason() or b"").decode(errors="replace")
-
-
-#: how long the first host kernel waits for torch_npu's task queue to bind the device (a loaded runner can take
-#: seconds to start a thread); past it, the kernel computes and no later one waits
-QUEUE_BINDING_WAIT_S = 10.0
-_queue_waited = False
-
-
-def wait_for_the_task_queue_once() -> None:
-    """After the process's first host kernel, wait until torch_npu's task-queue thread has set the device.
-
-    torch_npu starts that thread as the device initialises, and the thread's first act is ``aclrtSetDevice``.
-    On a device, the first operator (a copy to the device, most often) is a task that thread runs, so the
-    caller's synchronous copy returns only after the thread has bound the device. A host kernel computes on
-    the caller's thread instead, and without this wait the thread's call lands whenever a loaded machine runs
-    it: in a later phase, read there as that phase's own device call. ``TASK_QUEUE_ENABLE=0`` (torch_npu's
-    switch) starts no thread, and nothing waits."""
-    global _queue_waited
-    if _queue_waited:
-        return
-    _queue_waited = True
-    if os.environ.get("TASK_QUEUE_ENABLE", "1").strip() == "0":
-        return
-    try:
-        bound = ctypes.PyDLL(None).npu_lazy_emulation_queue_bound
-    except AttributeError:  # an emulation built before this wait: the cache key changes with the C
-        return
-    bound.restype, bound.argtypes = ctypes.c_int, []
-    deadline = time.monotonic() + QUEUE_BINDING_WAIT_S
-    while not bound() and time.monotonic() < deadline:
-        time.sleep(0.001)
 
 
 def host_alias(tensor):
@@ -330,7 +298,7 @@ def make_kernel(op):
 
     def kernel(*args, **kwargs):
         result = computed(*args, **kwargs)
-        wait_for_the_task_queue_once()  # after: the result's allocation may be what initialised the device
+        task_queue.wait_until_bound()  # after: the result's allocation may be what started the device
         return result
 
     kernel.__name__ = f"npu_lazy_host_{base}"
