@@ -21,6 +21,8 @@ package must run before them.
 - :mod:`.build`: C source, compiler, the shared cache;
 - :mod:`.emulation`: the emulated NPU's model, built from ``emulation.c``;
 - ``device_calls.c``: the recorder every stub and emulation library links;
+- :mod:`.task_queue`: torch_npu's task-queue thread on the emulated NPU, waited for so that its
+  ``aclrtSetDevice`` stays in the phase that started the device;
 - :mod:`.triton_driver`: the emulated NPU's Triton driver (compiles and runs nothing);
 - :mod:`.triton_import`: does ``import triton`` succeed here, asked of a fresh interpreter, cached per environment;
 - :mod:`.compute`: the emulated NPU that computes (eager operators on the host, Triton kernels interpreted);
