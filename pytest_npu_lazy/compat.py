@@ -251,7 +251,6 @@ def xdist_queued_items(config: pytest.Config) -> list[pytest.Item] | None:
     return [items[index] for index in indices if 0 <= index < len(items)]
 
 
-
 def skips_hidden_by_pytest(terminalreporter: Any) -> bool:
     """Whether pytest's own end of run leaves skip reasons out while a short summary is wanted: ``-r`` without
     ``s``/``S`` (``a``/``A`` expanded by ``getreportopt``, kept as ``TerminalReporter.reportchars``), neither

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import time
 from typing import Callable
 
@@ -31,24 +32,19 @@ BINDING_WAIT_S = 10.0
 
 NO_STREAM, UNBOUND, BOUND = 0, 1, 2
 
+_STRTOL = re.compile(r"\s*[+-]?[0-9]+")
+
 _state: Callable[[], int] | None = None
 _settled = False  # bound, no queue to wait for, or given up: no later call waits
 
 
 def _leading_int(text: str | None, default: int) -> int:
-    """C's ``strtol(text, NULL, 10)``, as torch_npu reads its switches: leading blanks, a sign, the digits that
-    follow; 0 where there are none."""
+    """C's ``strtol(text, NULL, 10)``, as torch_npu reads its switches: leading blanks, a sign, the ASCII digits
+    that follow; 0 where there are none."""
     if text is None:
         return default
-    text = text.lstrip()
-    sign, digits = 1, ""
-    if text[:1] in ("+", "-"):
-        sign, text = (-1 if text[0] == "-" else 1), text[1:]
-    for char in text:
-        if not char.isdigit():
-            break
-        digits += char
-    return sign * int(digits) if digits else 0
+    number = _STRTOL.match(text)
+    return int(number.group()) if number else 0
 
 
 def queue_off(environ=os.environ) -> bool:
@@ -92,8 +88,3 @@ def wait_until_bound(seconds: float | None = None) -> None:
         time.sleep(0.001)
     _settled = True  # bound, or given up: a thread that never came is not waited for twice
 
-
-def forget() -> None:
-    """Read the emulation's state afresh (a test that swaps it)."""
-    global _state, _settled
-    _state, _settled = None, False

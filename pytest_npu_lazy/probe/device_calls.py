@@ -216,7 +216,9 @@ class DeviceCallLog:
                 if item.thread in names:
                     thread = f"Python thread {names[item.thread]!r} while the GIL was released"
                 else:  # read once a take: torch_npu's queue makes most calls under emulate
-                    thread = native.get(item.thread) or native.setdefault(item.thread, _native_thread(item.thread))
+                    if item.thread not in native:
+                        native[item.thread] = _native_thread(item.thread)
+                    thread = native[item.thread]
                 line, torch_npu_line = self._samples.pop(item.sample, (None, None))
                 self.calls.append(DeviceCall(item.name.decode(errors="replace"), int(item.result), item.stamp,
                                              None, line, torch_npu_line, thread=thread))

@@ -80,6 +80,7 @@ def test_torch_npus_switches_that_start_no_queue_wait_for_nothing(emulation, mon
     ({}, False), ({"TASK_QUEUE_ENABLE": "1"}, False), ({"TASK_QUEUE_ENABLE": "2"}, False),
     ({"TASK_QUEUE_ENABLE": "0"}, True), ({"TASK_QUEUE_ENABLE": "+0"}, True), ({"TASK_QUEUE_ENABLE": "0x1"}, True),
     ({"TASK_QUEUE_ENABLE": ""}, True),  # strtol of "" is 0, as torch_npu reads it
+    ({"TASK_QUEUE_ENABLE": "\u00b2"}, True),  # a superscript two is no digit to strtol (str.isdigit says it is)
     ({"ASCEND_LAUNCH_BLOCKING": "0"}, False), ({"ASCEND_LAUNCH_BLOCKING": "1", "TASK_QUEUE_ENABLE": "2"}, True)])
 def test_queue_off_reads_the_switches_as_torch_npu_does(environ, off):
     assert task_queue.queue_off(environ) is off
