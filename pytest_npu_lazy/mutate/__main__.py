@@ -128,7 +128,7 @@ def _config(args: argparse.Namespace):
     """mutation.toml, and the options that only make sense together, checked before anything runs."""
     config = load(args.config.resolve())
     if args.without_verdicts:
-        config = dataclasses.replace(config, verdicts={})
+        config = dataclasses.replace(config, verdicts={}, blocks=[])
     if args.expect and not (args.against and args.against.exists()):
         raise ConfigError("--expect recorded compares with a recorded run: give it with --against FILE "
                           "(e.g. --against docs/mutation.json)")

@@ -25,12 +25,27 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Verdict:
-    """Why a surviving mutant is not a missing test: no observable difference, or only on an NPU."""
+    """Why a surviving mutant is not a missing test: no observable difference, or only on an NPU.
 
-    mutant: str
+    One mutant (``mutant = "<id>"``), or every mutant of a block of lines (``block = "<module>:<first>-<last>"``):
+    code that runs only on another chip than the emulated one (torch_npu's Ascend 950 lowerings) is argued once,
+    for its whole branch, not once per edit. A mutant's own verdict wins over a block's."""
+
+    mutant: str  #: the mutant's id, or the block as written
     kind: str
     why: str
     npu_test: str = ""  #: for device-only: the test that would catch it on an NPU runner
+    lines: tuple[int, int] | None = None  #: a block's first and last line (inclusive); None for one mutant
+
+    @property
+    def module(self) -> str:
+        return self.mutant.split(":", 1)[0]
+
+    def covers(self, mutant) -> bool:
+        """Whether this verdict judges ``mutant`` (an :class:`~.operators.Mutant`)."""
+        if self.lines is None:
+            return mutant.id == self.mutant
+        return mutant.module == self.module and self.lines[0] <= mutant.line <= self.lines[1]
 
 
 @dataclass(frozen=True)
@@ -44,6 +59,8 @@ class Config:
     test_timeout: float
     mutant_timeout: float
     verdicts: dict[str, Verdict] = field(default_factory=dict)
+    #: verdicts on blocks of lines, in the file's order (no two overlap)
+    blocks: list[Verdict] = field(default_factory=list)
     sample: list[str] = field(default_factory=list)
     sample_tests: list[str] = field(default_factory=list)
     #: functions whose mutants run first, in this order (the rest after them, in source order): a pass
@@ -54,6 +71,16 @@ class Config:
     #: module -> the digest (:func:`digest`) of the source its verdicts were written against ([targets] source):
     #: a mutant id is a position, and on another source the same position can be another edit
     sources: dict[str, str] = field(default_factory=dict)
+
+    def verdict_for(self, mutant) -> Verdict | None:
+        """The verdict that judges ``mutant``: its own, else the block it lies in, else None."""
+        own = self.verdicts.get(mutant.id)
+        if own is not None:
+            return own
+        return next((block for block in self.blocks if block.covers(mutant)), None)
+
+    def all_verdicts(self) -> list[Verdict]:
+        return [*self.verdicts.values(), *self.blocks]
 
     def describe_run(self) -> str:
         """The pytest command each mutant's run is, as the report says it."""
@@ -93,18 +120,20 @@ def load(path: Path) -> Config:
     for module, functions in targets.items():
         if not functions:
             raise ConfigError(f"{path}: [targets.\"{module}\"] lists no functions; name them in functions = [...]")
-    verdicts = {}
+    verdicts: dict[str, Verdict] = {}
+    blocks: list[Verdict] = []
     for entry in data.get("verdict", []):
-        missing = {"mutant", "kind", "why"} - set(entry)
-        if missing:
-            raise ConfigError(f"{path}: a [[verdict]] lacks {', '.join(sorted(missing))}: {entry}")
-        if entry["kind"] not in VERDICT_KINDS:
-            raise ConfigError(f"{path}: verdict for {entry['mutant']}: kind {entry['kind']!r} is not one of "
-                              f"{', '.join(VERDICT_KINDS)}")
-        if entry["kind"] == Status.DEVICE_ONLY and not entry.get("npu_test"):
-            raise ConfigError(f"{path}: device-only verdict for {entry['mutant']} names no npu_test (the test that "
-                              "would catch it on an NPU runner)")
-        verdicts[entry["mutant"]] = Verdict(entry["mutant"], entry["kind"], entry["why"], entry.get("npu_test", ""))
+        verdict = _verdict(path, entry)
+        if verdict.lines is None:
+            verdicts[verdict.mutant] = verdict
+        else:
+            first, last = verdict.lines
+            for other in blocks:
+                if other.module == verdict.module and other.lines and not (last < other.lines[0]
+                                                                           or other.lines[1] < first):
+                    raise ConfigError(f"{path}: the verdict blocks {other.mutant} and {verdict.mutant} overlap; a line "
+                                      "is judged by one block: split them")
+            blocks.append(verdict)
     named = {name for functions in targets.values() for name in functions}
     strays = [name for name in run.get("first", []) if name not in named]
     if strays:
@@ -115,10 +144,35 @@ def load(path: Path) -> Config:
     return Config(sources=sources, path=path, root=_root_of(path), targets=targets, excluded=excluded,
                   tests=list(run.get("tests", ["."])),
                   pytest_args=list(run.get("pytest_args", [])), test_timeout=float(run.get("test_timeout", 120)),
-                  mutant_timeout=float(run.get("mutant_timeout", 900)), verdicts=verdicts,
+                  mutant_timeout=float(run.get("mutant_timeout", 900)), verdicts=verdicts, blocks=blocks,
                   sample=list(sample.get("mutants", [])), sample_tests=list(sample.get("tests", [])),
                   first=list(run.get("first", [])),
                   subject=str(data.get("report", {}).get("subject", "torch_npu's deferred-loading code")))
+
+
+def _verdict(path: Path, entry: dict) -> Verdict:
+    """One ``[[verdict]]`` table: on one mutant, or on a block of lines."""
+    missing = {"kind", "why"} - set(entry)
+    if ("mutant" in entry) == ("block" in entry):
+        missing.add("mutant" if "block" not in entry else "mutant or block, not both")
+    if missing:
+        raise ConfigError(f"{path}: a [[verdict]] lacks {', '.join(sorted(missing))}: {entry}")
+    name = entry.get("mutant") or entry["block"]
+    if entry["kind"] not in VERDICT_KINDS:
+        raise ConfigError(f"{path}: verdict for {name}: kind {entry['kind']!r} is not one of "
+                          f"{', '.join(VERDICT_KINDS)}")
+    if entry["kind"] == Status.DEVICE_ONLY and not entry.get("npu_test"):
+        raise ConfigError(f"{path}: device-only verdict for {name} names no npu_test (the test that "
+                          "would catch it on an NPU runner)")
+    lines = None
+    if "block" in entry:
+        module, _, span = str(entry["block"]).rpartition(":")
+        first, _, last = span.partition("-")
+        if not module or not first.isdecimal() or not last.isdecimal() or not 0 < int(first) <= int(last):
+            raise ConfigError(f"{path}: verdict block {name!r} is not <module>:<first line>-<last line> "
+                              "(e.g. \"torch_npu._inductor.lowering:452-506\", inclusive)")
+        lines = (int(first), int(last))
+    return Verdict(name, entry["kind"], entry["why"], entry.get("npu_test", ""), lines)
 
 
 def digest(source: str) -> str:

@@ -113,7 +113,7 @@ class MutationPass:
         of their module (ids are positions), without the source they were written against, or naming no mutant
         of the installed source. A verdict that landed on another edit could hide a live mutant."""
         config = self.config
-        modules = {verdict.mutant.split(":", 1)[0] for verdict in config.verdicts.values()}
+        modules = {verdict.module for verdict in config.all_verdicts()}
         for module in sorted(modules):
             if module not in self.digests:
                 raise ConfigError(f"{config.path}: a verdict names a mutant of {module}, which no [targets] table "
@@ -128,11 +128,16 @@ class MutationPass:
                     f"installed one is {installed}. A mutant id is a position, and there it may now name another "
                     "edit: check each verdict against --list, then set [targets.\"" + module + f"\"] source = "
                     f"\"{installed}\"; or run with --without-verdicts, which judges every mutant by its run")
-        names = {mutant.id for mutant in self.mutants_unfiltered()}
+        every = self.mutants_unfiltered()
+        names = {mutant.id for mutant in every}
         stray = sorted(ident for ident in config.verdicts if ident not in names)
         if stray:
             raise ConfigError(f"{config.path}: verdicts name mutants the installed source does not have: "
                               f"{', '.join(stray)}; --list lists the mutants: fix or remove those verdicts")
+        empty = [block.mutant for block in config.blocks if not any(block.covers(mutant) for mutant in every)]
+        if empty:
+            raise ConfigError(f"{config.path}: verdict blocks hold no mutant of the configured functions: "
+                              f"{', '.join(empty)}; --list lists the mutants by line: fix or remove those blocks")
 
     def mutants_unfiltered(self) -> list[operators.Mutant]:
         """Every mutant of the configured functions, whatever --only, --function or the sample select."""
@@ -212,7 +217,7 @@ class MutationPass:
 
     def run_one(self, mutant: operators.Mutant, coverage: CoverageMap, killers: dict[str, list[str]]) -> MutantResult:
         selected = coverage.tests_for(mutant.module, mutant.function)
-        verdict = self.config.verdicts.get(mutant.id)
+        verdict = self.config.verdict_for(mutant)
         if verdict is not None and not self._patterns():
             # judged from the code in mutation.toml: a full pass records the verdict without a run that could
             # only end "survived" or at its limit; --only and --sample run it, to check the verdict still holds
@@ -297,18 +302,19 @@ class MutationPass:
         if verdict is not None:
             result.verdict = verdict.why
             result.npu_test = verdict.npu_test
-            if result.status in (Status.SURVIVED, Status.NOT_RUN, Status.TIMEOUT):
+            if result.status in (Status.SURVIVED, Status.NOT_RUN, Status.TIMEOUT, *VERDICTS):  # a kind may change
                 result.status = Status(verdict.kind)
         return result
 
     def rejudge(self, results: list[MutantResult]) -> list[MutantResult]:
         """Recorded results under the configuration's verdicts as they are now (added, changed or withdrawn)."""
         for result in results:
-            if result.status in VERDICTS and result.mutant.id not in self.config.verdicts:
+            verdict = self.config.verdict_for(result.mutant)
+            if result.status in VERDICTS and verdict is None:
                 # what the run said before the verdict, or, for a mutant never run, that it has not run yet
                 unrun = result.message == JUDGED_WITHOUT_A_RUN
                 result.status, result.verdict, result.npu_test = (Status.NOT_RUN if unrun else Status.SURVIVED), "", ""
-            self._judged(result, self.config.verdicts.get(result.mutant.id))
+            self._judged(result, verdict)
         return results
 
 

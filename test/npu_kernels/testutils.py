@@ -61,6 +61,20 @@ def computed_by_the_compiled_call() -> tuple[list[str], list[str]]:
     return ([e.name for e in entries if e.by == TRITON_INTERPRETER], [e.name for e in entries if e.by == HOST_ATEN])
 
 
+def producer_of(tensor):
+    """The computation that last wrote ``tensor``'s storage during the last compile_and_run's compiled call (a ledger
+    entry: ``.by`` is the Triton interpreter or the host's ATen, ``.name`` the kernel or operator), or None (a real
+    NPU, where nothing is written to the ledger)."""
+    from pytest_npu_lazy.cann.compute import LEDGER
+    from pytest_npu_lazy.cann.compute.host_kernels import storage_range
+
+    producer = LEDGER.last_writer(*storage_range(tensor), since=COMPILED_FROM[0])
+    # under the emulation every computation is recorded: one that wrote nothing of the result is the ledger's fault,
+    # and must not pass as "a real NPU"
+    assert producer is not None or not LEDGER.since(COMPILED_FROM[0]), "no computation of the ledger wrote the result"
+    return producer
+
+
 def assert_equal_to_eager(compiled, eager, rtol=None, atol=None, equal_nan=False) -> None:
     """Compared as torch_npu's tests compare them (``assert_close``; its default tolerances unless given)."""
     import torch

@@ -386,6 +386,60 @@ def test_the_runner_catches_survives_and_records(tmp_path):
     assert unjudged["status"] == "not-run" and "no test" in unjudged["message"], unjudged  # untested() is dead code
 
 
+BLOCK = """
+source = "{source}"
+[[verdict]]
+block = "lazylib:{lines}"
+kind = "device-only"
+why = "untested() runs only on a chip this runner does not have"
+npu_test = "tests/test_lazylib.py::test_on_that_chip"
+"""
+
+
+@pytest.mark.needs("torch")
+def test_a_block_verdict_judges_every_mutant_of_its_lines(tmp_path):
+    """Code that runs only on another chip than the emulated one (torch_npu's Ascend 950 branches) is argued once,
+    for its block of lines; a mutant's own verdict still wins, and --without-verdicts judges by the runs."""
+    own = '[[verdict]]\nmutant = "lazylib:41:11:change-constant"\nkind = "equivalent"\nwhy = "its own verdict"\n'
+    project = _project(tmp_path, BLOCK.format(source=digest(LIBRARY), lines="40-41") + own)
+    run = _mutate(project, "--function", "untested", "--json", "out.json", "--markdown", "out.md")
+    assert run.returncode == 0, run.stderr
+    status = {m["mutant"]["id"]: m["status"] for m in json.loads((project / "out.json").read_text())["mutants"]}
+    assert status.pop("lazylib:41:11:change-constant") == "equivalent"
+    assert status and set(status.values()) == {"device-only"}, status
+    table = (project / "out.md").read_text()
+    assert "runs only on a chip this runner does not have" in table and "test_on_that_chip" in table
+    bare = _mutate(project, "--function", "untested", "--json", "bare.json", "--without-verdicts")
+    assert bare.returncode == 0, bare.stderr
+    judged = {m["status"] for m in json.loads((project / "bare.json").read_text())["mutants"]}
+    assert judged == {"not-run"}, judged  # no test runs untested(): without the argument, nothing excuses it
+    # a block that holds no mutant of the configured functions (blank lines, a typo) is refused before anything runs
+    (tmp_path / "empty").mkdir()
+    empty = _project(tmp_path / "empty", BLOCK.format(source=digest(LIBRARY), lines="7-8"))
+    refused = _mutate(empty, "--only", "lazylib:41")
+    assert refused.returncode == 2 and "verdict blocks hold no mutant of the configured functions: lazylib:7-8" in (
+        refused.stderr) and "coverage" not in refused.stderr, refused.stderr
+
+
+def test_block_verdicts_that_cannot_be_read_are_refused_naming_the_fix(tmp_path):
+    project = _project(tmp_path)
+    config = project / "mutation.toml"
+    base = config.read_text()
+    for lines, message in [("41", "is not <module>:<first line>-<last line>"),
+                           ("42-41", "is not <module>:<first line>-<last line>")]:
+        config.write_text(base + BLOCK.format(source="x", lines=lines))
+        with pytest.raises(ConfigError, match=message):
+            load(config)
+    config.write_text(base + BLOCK.format(source="x", lines="30-41") + BLOCK.split("\n", 2)[2].replace(
+        "lazylib:{lines}", "lazylib:40-44"))
+    with pytest.raises(ConfigError, match="the verdict blocks lazylib:30-41 and lazylib:40-44 overlap"):
+        load(config)
+    config.write_text(base + BLOCK.format(source="x", lines="40-41").replace(
+        'block = "lazylib:40-41"', 'block = "lazylib:40-41"\nmutant = "lazylib:41:11:change-constant"'))
+    with pytest.raises(ConfigError, match="lacks mutant or block, not both"):
+        load(config)
+
+
 def test_a_mutants_tests_run_most_likely_to_catch_first_then_cheapest():
     durations = {"slow": 9.0, "fast": 0.1, "mid": 1.0, "hero": 5.0, "own": 7.0, "ran": 3.0}
     order = MutationPass.test_order(["slow", "fast", "mid", "hero", "own", "ran"], ["ran", "hero"], ["own", "gone"],

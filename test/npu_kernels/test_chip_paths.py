@@ -1,0 +1,147 @@
+"""Which of torch_npu's lowerings compile an operator on the emulated NPU's chip, and which only on another.
+
+The emulated NPU is an Ascend 910B3. On it torch_npu 2.13.0 sends the operators that read or write memory
+through indices (gather, embedding, index, index_put, scatter, scatter_reduce, and cat of several tensors) to
+ATen: ``torch_npu/_inductor/config.py`` leaves ``inductor_indirect_memory_mode`` at None unless the chip is an
+Ascend 950, and ``lowering_fallback_list.py`` then adds ``INDIRECT_MEM_FALLBACK_LIST`` to the fallbacks. Their NPU
+lowerings in ``lowering.py`` run only on a 950, and the mutation record (test/npu_kernels/mutation.toml) argues
+their mutants device-only on that ground, block by block. These tests pin the ground: if a torch_npu release
+lowers one of them on a 910B, its test here fails and those verdicts must be taken back and the mutants run.
+
+Each case is compared with eager too, and its result must have been written by the host's ATen operator named,
+or by a Triton kernel (under ``--npu-lazy-cann=compute`` the ledger says what last wrote each output's memory; on a
+real NPU nothing is recorded and only the values are compared).
+"""
+
+from __future__ import annotations
+
+import pytest
+from pytest_npu_lazy.cann.compute.ledger import HOST_ATEN, TRITON_INTERPRETER
+from testutils import MARKS, compile_and_compare, producer_of
+
+pytestmark = MARKS
+
+
+def _t():
+    import torch
+
+    return torch
+
+
+def _index():
+    return _t().tensor([[0, 3, 1, 2], [2, 2, 0, 1], [1, 0, 3, 3], [3, 1, 2, 0]]).npu()
+
+
+#: name -> (the compiled function, its inputs (made on the NPU), the host ATen operator that must compute it)
+INDIRECT = {
+    "gather": (lambda x, i: _t().gather(x, 1, i), lambda: [_t().randn(4, 16).npu(), _index()], "gather"),
+    "embedding": (lambda w, i: _t().nn.functional.embedding(i, w),
+                  lambda: [_t().randn(16, 8).npu(), _t().tensor([1, 7, 7, 0, 15, 2]).npu()], "embedding"),
+    "index": (lambda x, i: x[i], lambda: [_t().randn(16, 8).npu(), _t().tensor([5, 0, 15, 3, 3]).npu()], "index"),
+    "index_put": (lambda x, i, v: x.index_put((i,), v, accumulate=True),
+                  lambda: [_t().zeros(8, 4).npu(), _t().tensor([1, 3, 1]).npu(), _t().ones(3, 4).npu()], "index_put"),
+    "scatter": (lambda x, i, s: x.scatter(1, i, s),
+                lambda: [_t().zeros(4, 16).npu(), _index(), _t().randn(4, 4).npu()], "scatter"),
+    "scatter_reduce": (lambda x, i, s: x.scatter_reduce(1, i, s, "amax"),
+                       lambda: [_t().zeros(4, 16).npu(), _index(), _t().randn(4, 4).npu()], "scatter_reduce"),
+    "cat": (lambda a, b: _t().cat([a, b], dim=1), lambda: [_t().randn(16, 8).npu(), _t().randn(16, 4).npu()], "cat"),
+}
+
+
+def test_the_emulated_chip_is_not_an_ascend_950():
+    """The ground of every case below: torch_npu reads the emulated chip as a 910B, not a 950."""
+    import os
+
+    from pytest_npu_lazy.cann.common import ENV_MODE
+    from torch_npu._inductor import config
+
+    if os.environ.get(ENV_MODE) != "compute":
+        pytest.skip("needs the emulated NPU (--npu-lazy-cann=compute): a real NPU is whatever chip it is")
+
+    assert not config.is_ascend950 and config.inductor_indirect_memory_mode is None, (
+        config.is_ascend950, config.inductor_indirect_memory_mode)
+
+
+@pytest.mark.parametrize("name", list(INDIRECT))
+def test_indirect_memory_operators_fall_back_to_aten_off_the_ascend_950(name):
+    fn, inputs, operator = INDIRECT[name]
+    producer = producer_of(compile_and_compare(fn, *inputs()))
+    if producer is not None:
+        assert producer.by == HOST_ATEN and _operator(producer.name) == operator, (
+            f"{name}: expected the host's ATen {operator} (torch_npu's fallback off the 950) to write the result, "
+            f"got {producer.by} {producer.name}")
+
+
+def _operator(entry: str) -> str:
+    """``aten.index_put_.default`` -> ``index_put``: the operator a host ledger entry names, in-place or not."""
+    return entry.split(".")[1].rstrip("_") if entry.count(".") >= 2 else entry
+
+
+def test_a_cat_of_one_tensor_is_a_copy_kernel():
+    """torch_npu's cat lowering copies a single input in a kernel of its own instead of falling back to ATen."""
+    producer = producer_of(compile_and_compare(lambda a: _t().cat([a], dim=0), _t().randn(16, 8).npu()))
+    assert producer is None or producer.by == TRITON_INTERPRETER, producer
+
+
+def test_a_float64_cast_falls_back_to_aten():
+    """torch_npu's convert_element_type lowering sends casts to and from float64 to ATen: the NPU compiler refuses
+    float64 kernels (triton-ascend: "[fp8, fp64] is unsupported on Ascend"), on a device as under the emulation."""
+    torch = _t()
+    for op, x in [(lambda t: t.to(torch.float64), torch.randn(64, 17).npu()),
+                  (lambda t: t.to(torch.float32), torch.randn(64, 17, dtype=torch.float64).npu())]:
+        producer = producer_of(compile_and_compare(op, x))
+        assert producer is None or producer.by == HOST_ATEN, (x.dtype, producer)
+
+
+@pytest.mark.parametrize("pair", ["float32-float16", "bfloat16-float32", "float16-int32"])
+def test_other_casts_are_computed_by_a_kernel(pair):
+    """The other side of the float64 rule: every other cast is lowered into a Triton kernel."""
+    torch = _t()
+    source, target = (getattr(torch, name) for name in pair.split("-"))
+    producer = producer_of(compile_and_compare(lambda t: t.to(target), (torch.randn(64, 17) * 8).to(source).npu()))
+    assert producer is None or producer.by == TRITON_INTERPRETER, producer
+
+
+#: overload -> the function of torch_npu/_inductor/lowering.py that lowers it on the emulated chip ("R." stands for
+#: ``_register_npu_inductor_fallbacks.<locals>.``, the function that registers them)
+NPU_LOWERINGS = {
+    "aten.amax.default": "make_reduction.<locals>.inner", "aten.amin.default": "make_reduction.<locals>.inner",
+    "aten.argmax.default": "make_reduction.<locals>.inner", "aten.argmin.default": "make_reduction.<locals>.inner",
+    "aten.max.dim": "R.reduce_max", "aten.min.dim": "R.reduce_min", "aten.mean.dim": "R.mean",
+    "aten.cumsum.default": "R.cumsum", "npu.npu_dtype_cast.default": "R._convert_npu_type",
+    "npu._npu_dtype_cast.default": "R._convert__npu_type",
+    "prims.convert_element_type.default": "R._convert_element_type", "aten.pow.Tensor_Scalar": "R.pow",
+    "aten.pow.Tensor_Tensor": "R.pow", "aten.var_mean.correction": "R.var_mean", "aten.var.correction": "R.var_",
+    "aten.native_layer_norm.default": "R.native_layer_norm", "aten.cat.default": "R.cat",
+}
+#: overloads that ATen computes on the emulated chip: torch_npu's own lowerings of them run only on an Ascend 950
+#: (prims.var, which torch_npu's var_ is also registered for, is in its fallback list on every chip)
+ATEN_ON_THIS_CHIP = ("prims.var.default", "aten.gather.default", "aten.embedding.default", "aten.index.Tensor", "aten.index_put.default",
+                     "aten.index_put_.default", "aten._unsafe_index_put.default", "aten.scatter.src",
+                     "aten.scatter_.src", "aten.scatter_reduce.two", "aten.scatter_reduce_.two")
+
+
+def test_torch_npus_lowerings_are_the_ones_registered():
+    """Where torch_npu's lowering and Inductor's compute the same values, only the registration tells them apart: each
+    operator's lowering is torch_npu's own function (through its device dispatcher), or ATen's fallback off the 950."""
+    torch = _t()
+    from torch._inductor.lowering import lowerings
+
+    compile_and_compare(lambda t: t.sum(dim=-1), torch.randn(8, 8).npu())  # torch_npu's Inductor backend is loaded
+    wrong = {}
+    for name, expected in NPU_LOWERINGS.items():
+        lowering = lowerings[_overload(name)]
+        qualname = f"{lowering.__module__}:{lowering.__qualname__}"
+        want = "torch_npu._inductor.lowering:" + expected.replace("R.", "_register_npu_inductor_fallbacks.<locals>.")
+        if qualname != want:
+            wrong[name] = qualname
+    for name in ATEN_ON_THIS_CHIP:
+        lowering = lowerings[_overload(name)]
+        if lowering.__qualname__ != "fallback_handler.<locals>.handler":
+            wrong[name] = f"{lowering.__module__}:{lowering.__qualname__}"
+    assert not wrong, wrong
+
+
+def _overload(name: str):
+    namespace, packet, overload = name.split(".")
+    return getattr(getattr(getattr(_t().ops, namespace), packet), overload)
