@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 from pytest_npu_lazy.cann.compute.ledger import HOST_ATEN, TRITON_INTERPRETER
-from testutils import MARKS, compile_and_compare, producer_of
+from testutils import COMPILED_FROM, MARKS, assert_equal_to_eager, compile_and_compare, producer_of
 
 pytestmark = MARKS
 
@@ -145,3 +145,37 @@ def test_torch_npus_lowerings_are_the_ones_registered():
 def _overload(name: str):
     namespace, packet, overload = name.split(".")
     return getattr(getattr(getattr(_t().ops, namespace), packet), overload)
+
+
+@pytest.mark.parametrize("op", ["npu_dtype_cast", "_npu_dtype_cast"])
+def test_torch_npus_own_casts_are_computed_by_a_kernel(op):
+    """torch_npu's cast operators (``torch_npu.npu_dtype_cast``, and ``_npu_dtype_cast`` under it) lower to a
+    Triton kernel as any cast does. Compared with ``Tensor.to``: eager, they are CANN operators (aclnn Cast), which
+    the emulated NPU refuses, naming them."""
+    torch = _t()
+    from pytest_npu_lazy.cann.compute import LEDGER
+    from torch._inductor.exc import InductorError
+
+    cast = getattr(torch.ops.npu, op)
+    x = torch.randn(64, 17).npu()
+    expected = x.to(torch.float16)
+    COMPILED_FROM[0] = len(LEDGER.entries)
+    try:
+        compiled = torch.compile(lambda t: cast(t, torch.float16), backend="inductor")(x)
+    except InductorError as error:
+        if op != "npu_dtype_cast" or "argument 'dtype' must be torch.dtype, not int" not in str(error):
+            raise
+        pytest.xfail(NPU_DTYPE_CAST_TAKES_AN_INT)
+    if op == "npu_dtype_cast":
+        pytest.fail(f"expected the compile to fail ({NPU_DTYPE_CAST_TAKES_AN_INT}), but it compiles now: take this "
+                    "xfail out", pytrace=False)
+    assert_equal_to_eager(compiled, expected)
+    producer = producer_of(compiled)
+    assert producer is None or producer.by == TRITON_INTERPRETER, producer
+
+
+#: a finding of torch_npu's, at compile time (no device is involved): on a device as here
+NPU_DTYPE_CAST_TAKES_AN_INT = (
+    "torch.compile of torch_npu.npu_dtype_cast fails: its schema takes the dtype as an int code "
+    "(npu_dtype_cast(Tensor self, int dtype, int? input_dtype=None)) and torch_npu's lowering (_convert_npu_type) hands "
+    "that int to Inductor as a dtype (TypeError in get_dtype_size); _npu_dtype_cast, which takes a ScalarType, compiles")
