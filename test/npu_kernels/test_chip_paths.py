@@ -179,3 +179,18 @@ NPU_DTYPE_CAST_TAKES_AN_INT = (
     "torch.compile of torch_npu.npu_dtype_cast fails: its schema takes the dtype as an int code "
     "(npu_dtype_cast(Tensor self, int dtype, int? input_dtype=None)) and torch_npu's lowering (_convert_npu_type) hands "
     "that int to Inductor as a dtype (TypeError in get_dtype_size); _npu_dtype_cast, which takes a ScalarType, compiles")
+
+
+@pytest.mark.parametrize("listed", ["aten.sin", "aten.amax"])
+def test_operators_named_in_torch_npus_fallback_list_are_computed_by_aten(listed, monkeypatch):
+    """``NPU_INDUCTOR_FALLBACK_LIST`` (torch_npu's switch, read once at import): the operators it names are sent to
+    ATen, the rest still lowered; a name that resolves to no operator is skipped with a warning."""
+    monkeypatch.setenv("NPU_INDUCTOR_FALLBACK_LIST", f"{listed}, aten.no_such_operator")
+    torch = _t()
+    x = torch.randn(64, 17).npu()
+    listed_op = {"aten.sin": lambda t: t.sin(), "aten.amax": lambda t: t.amax(dim=-1)}[listed]
+    producer = producer_of(compile_and_compare(listed_op, x))
+    assert producer is None or (producer.by == HOST_ATEN and _operator(producer.name) == listed.split(".")[1]), (
+        producer)
+    producer = producer_of(compile_and_compare(lambda t: t.cos(), x))
+    assert producer is None or producer.by == TRITON_INTERPRETER, producer
