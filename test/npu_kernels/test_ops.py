@@ -266,3 +266,35 @@ def test_torch_npus_variance_lowerings_are_the_ones_registered():
     for overload in (aten.var_mean.correction, aten.var.correction):
         lowering = lowerings[overload]
         assert lowering.__module__ == "torch_npu._inductor.lowering", (overload, lowering.__module__)
+
+
+def _kernel_lines(fn, x, welford: bool, monkeypatch) -> list[str]:
+    """The Triton operations (``tl.`` and ``triton_helpers.`` lines) of ``fn``'s compiled kernels, with torch_npu's Welford switch as given
+    (its config attribute: the lowering reads it at each compile, the variable only at import)."""
+    import torch
+    from torch._inductor.utils import run_and_get_code
+    from torch_npu._inductor import config
+
+    monkeypatch.setattr(config, "enable_welford", welford)
+    monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)  # the graph cache's key omits the switch
+    torch._dynamo.reset()
+    compiled, codes = run_and_get_code(torch.compile(fn, backend="inductor"), x)
+    assert_equal_to_eager(compiled, fn(x))
+    return [line.strip() for code in codes for line in code.splitlines() if "tl." in line or "triton_helpers." in line]
+
+
+@pytest.mark.parametrize("shape", [(16, 4), (2, 4), (4, 8192)])
+def test_welford_switch_takes_the_two_step_sums_for_short_reductions(shape, monkeypatch):
+    """With torch_npu's Welford switch on, a var_mean shorter than Inductor's unroll threshold (8 elements) with more
+    than one output row still takes the two-step sums (``use_two_step_variance``): both lowerings compute the same
+    values, so the kernel is what tells them apart. A long, looped one takes Welford's online update."""
+    import torch
+
+    fn = lambda t: torch.var_mean(t, dim=-1)  # noqa: E731
+    x = generate_tensor(shape, "float32")
+    welford, two_step = _kernel_lines(fn, x, True, monkeypatch), _kernel_lines(fn, x, False, monkeypatch)
+    if shape[-1] < torch._inductor.config.unroll_reductions_threshold:
+        assert welford == two_step, "a short var_mean took Welford's lowering with the switch on"
+    else:
+        assert any("welford" in line for line in welford) and not any("welford" in line for line in two_step), (
+            [line for line in welford if "welford" in line], [line for line in two_step if "welford" in line])
