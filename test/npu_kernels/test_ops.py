@@ -222,10 +222,15 @@ def test_variance_edges(case, welford, monkeypatch):
     if not (welford and case == "var_mean_all_dims"):
         _compare(f"variance:{case}", "float32", op, x, equal_nan=True)
         return
+    _expect_welford_recursion(f"variance:{case}", op, x)
+
+
+def _expect_welford_recursion(name: str, op, x) -> None:
+    """The finding below, and only it: the compile fails with RecursionError, else the test fails."""
     from torch._inductor.exc import InductorError
 
     try:
-        _compare(f"variance:{case}", "float32", op, x, equal_nan=True)
+        _compare(name, str(x.dtype).removeprefix("torch."), op, x, equal_nan=True)
     except InductorError as error:
         if "RecursionError" not in str(error):
             raise
@@ -237,9 +242,21 @@ def test_variance_edges(case, welford, monkeypatch):
 #: a finding, expected the same on a device but not checked on one: the split is decided while compiling, from the
 #: device's core count, which the emulated NPU gives as an Ascend 910B3 has
 WELFORD_SPLITS_WITHOUT_END = (
-    "torch_npu's Welford lowering of a var_mean over every element (TORCHINDUCTOR_ENABLE_WELFORD=1) never ends "
-    "compiling: Inductor's WelfordReduction.create splits the reduction in two layers and the second layer splits "
-    "again, without end (RecursionError in create_multilayer)")
+    "torch_npu's Welford lowering (TORCHINDUCTOR_ENABLE_WELFORD=1) of a var_mean with one output element (over every "
+    "element, or over the last dimension of one row: a layer norm of a single row too) never ends compiling: "
+    "Inductor's WelfordReduction.create splits the reduction in two layers and the second layer splits again, "
+    "without end (RecursionError in create_multilayer)")
+
+
+@pytest.mark.parametrize("case", ["var_mean_of_one_row", "layer_norm_of_one_row"])
+def test_a_welford_reduction_with_one_output_never_ends_compiling(case, monkeypatch):
+    """The same finding where users meet it: one row (a batch of one), with torch_npu's Welford switch on."""
+    import torch
+
+    monkeypatch.setenv("TORCHINDUCTOR_ENABLE_WELFORD", "1")
+    op = {"var_mean_of_one_row": lambda t: torch.var_mean(t, dim=-1),
+          "layer_norm_of_one_row": lambda t: torch.nn.functional.layer_norm(t, t.shape[-1:])}[case]
+    _expect_welford_recursion(case, op, generate_tensor((1, 64), "float32"))
 
 
 def test_welford_variance_with_dynamic_shapes(monkeypatch):
