@@ -194,3 +194,17 @@ def test_operators_named_in_torch_npus_fallback_list_are_computed_by_aten(listed
         producer)
     producer = producer_of(compile_and_compare(lambda t: t.cos(), x))
     assert producer is None or producer.by == TRITON_INTERPRETER, producer
+
+
+def test_the_traced_lowerings_of_torch_npus_fx_dump_switch_equal_eager(monkeypatch, tmp_path):
+    """``INDUCTOR_ASCEND_DUMP_FX_GRAPH`` (torch_npu's debug switch, read at import) registers the lowerings with
+    torch_npu's traced variants of Inductor's helpers (``lowering_fx``): reductions, a variance, a cat."""
+    monkeypatch.setenv("INDUCTOR_ASCEND_DUMP_FX_GRAPH", "1")
+    monkeypatch.chdir(tmp_path)  # whatever the switch writes stays in the test's folder
+    torch = _t()
+    compile_and_compare(lambda t: (t.sum(-1) + t.amax(-1), t.mean(-1), torch.var_mean(t, dim=-1),
+                                   torch.cat([t, t * 2], dim=0), t.cumsum(-1)),
+                        torch.randn(16, 33).npu())
+    from torch_npu._inductor import config
+
+    assert config.dump_fx_graph, "torch_npu read its configuration before the test set the switch: nothing was traced"
