@@ -152,12 +152,13 @@ def load(path: Path) -> Config:
 
 def _verdict(path: Path, entry: dict) -> Verdict:
     """One ``[[verdict]]`` table: on one mutant, or on a block of lines."""
-    missing = {"kind", "why"} - set(entry)
     if ("mutant" in entry) == ("block" in entry):
-        missing.add("mutant" if "block" not in entry else "mutant or block, not both")
+        raise ConfigError(f"{path}: a [[verdict]] names {'both mutant and block' if 'mutant' in entry else 'neither'}: "
+                          f"give mutant = \"<id>\" (one mutant) or block = \"<module>:<first>-<last>\" (its lines): {entry}")
+    missing = {"kind", "why"} - set(entry)
     if missing:
         raise ConfigError(f"{path}: a [[verdict]] lacks {', '.join(sorted(missing))}: {entry}")
-    name = entry.get("mutant") or entry["block"]
+    name = str(entry.get("mutant", entry.get("block")))
     if entry["kind"] not in VERDICT_KINDS:
         raise ConfigError(f"{path}: verdict for {name}: kind {entry['kind']!r} is not one of "
                           f"{', '.join(VERDICT_KINDS)}")
@@ -166,11 +167,11 @@ def _verdict(path: Path, entry: dict) -> Verdict:
                           "would catch it on an NPU runner)")
     lines = None
     if "block" in entry:
-        module, _, span = str(entry["block"]).rpartition(":")
+        module, _, span = name.partition(":")
         first, _, last = span.partition("-")
         if not module or not first.isdecimal() or not last.isdecimal() or not 0 < int(first) <= int(last):
             raise ConfigError(f"{path}: verdict block {name!r} is not <module>:<first line>-<last line> "
-                              "(e.g. \"torch_npu._inductor.lowering:452-506\", inclusive)")
+                              "(e.g. \"torch_npu._inductor.lowering:452-506\", inclusive; one line: 41-41)")
         lines = (int(first), int(last))
     return Verdict(name, entry["kind"], entry["why"], entry.get("npu_test", ""), lines)
 

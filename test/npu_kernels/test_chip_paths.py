@@ -32,6 +32,11 @@ def _index():
     return _t().tensor([[0, 3, 1, 2], [2, 2, 0, 1], [1, 0, 3, 3], [3, 1, 2, 0]]).npu()
 
 
+def _permutations():
+    """One permutation per row: a scatter writes each place once (with repeats its result is the device's choice)."""
+    return _t().tensor([[0, 3, 1, 2], [2, 1, 0, 3], [1, 0, 3, 2], [3, 1, 2, 0]]).npu()
+
+
 #: name -> (the compiled function, its inputs (made on the NPU), the host ATen operator that must compute it)
 INDIRECT = {
     "gather": (lambda x, i: _t().gather(x, 1, i), lambda: [_t().randn(4, 16).npu(), _index()], "gather"),
@@ -41,10 +46,14 @@ INDIRECT = {
     "index_put": (lambda x, i, v: x.index_put((i,), v, accumulate=True),
                   lambda: [_t().zeros(8, 4).npu(), _t().tensor([1, 3, 1]).npu(), _t().ones(3, 4).npu()], "index_put"),
     "scatter": (lambda x, i, s: x.scatter(1, i, s),
-                lambda: [_t().zeros(4, 16).npu(), _index(), _t().randn(4, 4).npu()], "scatter"),
+                lambda: [_t().zeros(4, 16).npu(), _permutations(), _t().randn(4, 4).npu()], "scatter"),
     "scatter_reduce": (lambda x, i, s: x.scatter_reduce(1, i, s, "amax"),
                        lambda: [_t().zeros(4, 16).npu(), _index(), _t().randn(4, 4).npu()], "scatter_reduce"),
     "cat": (lambda a, b: _t().cat([a, b], dim=1), lambda: [_t().randn(16, 8).npu(), _t().randn(16, 4).npu()], "cat"),
+    # torch_npu's cat lowering sends int8 inputs to Inductor's own cat only when they are on the CPU
+    "cat_int8": (lambda a, b: _t().cat([a, b], dim=0),
+                 lambda: [_t().randint(-9, 9, (8, 16), dtype=_t().int8).npu(),
+                          _t().randint(-9, 9, (4, 16), dtype=_t().int8).npu()], "cat"),
 }
 
 
@@ -75,12 +84,6 @@ def test_indirect_memory_operators_fall_back_to_aten_off_the_ascend_950(name):
 def _operator(entry: str) -> str:
     """``aten.index_put_.default`` -> ``index_put``: the operator a host ledger entry names, in-place or not."""
     return entry.split(".")[1].rstrip("_") if entry.count(".") >= 2 else entry
-
-
-def test_a_cat_of_one_tensor_is_a_copy_kernel():
-    """torch_npu's cat lowering copies a single input in a kernel of its own instead of falling back to ATen."""
-    producer = producer_of(compile_and_compare(lambda a: _t().cat([a], dim=0), _t().randn(16, 8).npu()))
-    assert producer is None or producer.by == TRITON_INTERPRETER, producer
 
 
 def test_a_float64_cast_falls_back_to_aten():
@@ -135,7 +138,9 @@ def test_torch_npus_lowerings_are_the_ones_registered():
         want = "torch_npu._inductor.lowering:" + expected.replace("R.", "_register_npu_inductor_fallbacks.<locals>.")
         if qualname != want:
             wrong[name] = qualname
-    for name in ATEN_ON_THIS_CHIP:
+    from torch_npu._inductor import config
+
+    for name in ATEN_ON_THIS_CHIP if not config.is_ascend950 else ():  # a 950 lowers them (simt_template)
         lowering = lowerings[_overload(name)]
         if lowering.__qualname__ != "fallback_handler.<locals>.handler":
             wrong[name] = f"{lowering.__module__}:{lowering.__qualname__}"
@@ -208,3 +213,20 @@ def test_the_traced_lowerings_of_torch_npus_fx_dump_switch_equal_eager(monkeypat
     from torch_npu._inductor import config
 
     assert config.dump_fx_graph, "torch_npu read its configuration before the test set the switch: nothing was traced"
+
+
+@pytest.mark.parametrize("shape", [(512, 512), (4, 80, 640)])
+def test_layer_norm_in_the_shapes_torch_npu_gives_layer_norm_v4(shape, monkeypatch):
+    """The float16 layer norms for which torch_npu picks ATen's LayerNormV4 on an Ascend 950 (both switches on, a last
+    dimension of 512 with at least 512 rows, or 640 after a permute and reshape): off the 950 its Welford lowering
+    computes them, and on a 950 ATen does; either way the values equal eager's."""
+    monkeypatch.setenv("TORCHINDUCTOR_ENABLE_WELFORD", "1")
+    monkeypatch.setenv("TORCHINDUCTOR_ENABLE_LAYERNORM_V4", "1")
+    torch = _t()
+    if len(shape) == 2:
+        fn = lambda t: torch.nn.functional.layer_norm(t, t.shape[-1:])  # noqa: E731
+        x = torch.randn(shape).half().npu()
+    else:
+        fn = lambda t: torch.nn.functional.layer_norm(t.permute(0, 2, 1).reshape(4, 80, 640), (640,))  # noqa: E731
+        x = torch.randn(4, 640, 80).half().npu()
+    compile_and_compare(fn, x)

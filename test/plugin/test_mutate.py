@@ -409,6 +409,18 @@ def test_a_block_verdict_judges_every_mutant_of_its_lines(tmp_path):
     assert status and set(status.values()) == {"device-only"}, status
     table = (project / "out.md").read_text()
     assert "runs only on a chip this runner does not have" in table and "test_on_that_chip" in table
+    # the record judged again as mutation.toml says it now: a kind changed, then the block withdrawn
+    config = (project / "mutation.toml").read_text()
+    (project / "mutation.toml").write_text(config.replace('kind = "device-only"', 'kind = "equivalent"'))
+    again = _mutate(project, "--report-only", "--json", "out.json", "--markdown", "out.md")
+    assert again.returncode == 0, again.stderr
+    status = {m["mutant"]["id"]: m["status"] for m in json.loads((project / "out.json").read_text())["mutants"]}
+    assert set(status.values()) == {"equivalent"}, status
+    (project / "mutation.toml").write_text(config[:config.index("[[verdict]]")])
+    withdrawn = _mutate(project, "--report-only", "--json", "out.json", "--markdown", "out.md")
+    assert withdrawn.returncode == 0, withdrawn.stderr
+    status = {m["mutant"]["id"]: m["status"] for m in json.loads((project / "out.json").read_text())["mutants"]}
+    assert set(status.values()) == {"not-run"}, status  # judged without a run: not run, once nothing excuses them
     bare = _mutate(project, "--function", "untested", "--json", "bare.json", "--without-verdicts")
     assert bare.returncode == 0, bare.stderr
     judged = {m["status"] for m in json.loads((project / "bare.json").read_text())["mutants"]}
@@ -436,8 +448,14 @@ def test_block_verdicts_that_cannot_be_read_are_refused_naming_the_fix(tmp_path)
         load(config)
     config.write_text(base + BLOCK.format(source="x", lines="40-41").replace(
         'block = "lazylib:40-41"', 'block = "lazylib:40-41"\nmutant = "lazylib:41:11:change-constant"'))
-    with pytest.raises(ConfigError, match="lacks mutant or block, not both"):
+    with pytest.raises(ConfigError, match="names both mutant and block: give mutant"):
         load(config)
+    config.write_text(base + BLOCK.format(source="x", lines="40-41").replace('block = "lazylib:40-41"\n', ""))
+    with pytest.raises(ConfigError, match=r"names neither: give mutant = \"<id>\" \(one mutant\) or block"):
+        load(config)
+    config.write_text(base + BLOCK.format(source="x", lines="30-39") + BLOCK.split("\n", 2)[2].replace(
+        "lazylib:{lines}", "lazylib:40-44"))
+    assert [b.lines for b in load(config).blocks] == [(30, 39), (40, 44)]  # adjacent blocks do not overlap
 
 
 def test_a_mutants_tests_run_most_likely_to_catch_first_then_cheapest():
