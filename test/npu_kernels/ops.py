@@ -99,6 +99,11 @@ VIEWS = {
     "select": lambda x: x[1] * 2,
 }
 
+def _affine(x, low: float, high: float):
+    """A layer norm's weight or bias for ``x``: evenly spaced over [low, high], on its device, in its dtype."""
+    return _t().linspace(low, high, x.shape[-1], device=x.device).to(x.dtype)
+
+
 REDUCTIONS = {
     "sum_last": lambda x: x.sum(dim=-1),
     "sum_first": lambda x: x.sum(dim=0),
@@ -116,6 +121,7 @@ REDUCTIONS = {
     "softmax": lambda x: _t().softmax(x, dim=-1),
     "log_softmax": lambda x: _t().log_softmax(x, dim=-1),
     "layer_norm": lambda x: _f().layer_norm(x, x.shape[-1:]),
+    "layer_norm_affine": lambda x: _f().layer_norm(x, x.shape[-1:], _affine(x, 0.5, 1.5), _affine(x, -1.0, 1.0)),
     "sum_keepdim_sub": lambda x: x - x.sum(dim=-1, keepdim=True),
     "any": lambda x: (x > 1).any(dim=-1),
     "cumsum": lambda x: x.cumsum(dim=-1),

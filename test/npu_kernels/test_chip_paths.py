@@ -230,3 +230,16 @@ def test_layer_norm_in_the_shapes_torch_npu_gives_layer_norm_v4(shape, monkeypat
         fn = lambda t: torch.nn.functional.layer_norm(t.permute(0, 2, 1).reshape(4, 80, 640), (640,))  # noqa: E731
         x = torch.randn(4, 640, 80).half().npu()
     compile_and_compare(fn, x)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_low_precision_layer_norm_is_a_kernel_off_the_950(dtype):
+    """torch_npu's native_layer_norm lowering sends float16 and bfloat16 layer norms to ATen only on an Ascend 950
+    (without its Welford switch, or in LayerNormV4's shapes); elsewhere its own lowering writes them in a kernel.
+    With an affine weight and bias, which the lowering multiplies and adds itself."""
+    torch = _t()
+    low = getattr(torch, dtype)
+    weight, bias = torch.linspace(0.5, 1.5, 33).to(low).npu(), torch.linspace(-1, 1, 33).to(low).npu()
+    producer = producer_of(compile_and_compare(lambda t, w, b: torch.nn.functional.layer_norm(t, (33,), w, b),
+                                               torch.randn(16, 33).to(low).npu(), weight, bias))
+    assert producer is None or producer.by == TRITON_INTERPRETER, producer
