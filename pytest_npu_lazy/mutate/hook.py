@@ -19,6 +19,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 from importlib.machinery import SourceFileLoader
+from importlib.util import decode_source
 
 ENV = "PYTEST_NPU_LAZY_MUTATE"
 
@@ -51,7 +52,7 @@ def _get_code(self, fullname):
         return _original_get_code(self, fullname)
     from . import operators  # only here: a process that never imports a target pays nothing
 
-    source = self.get_data(self.path).decode("utf-8")
+    source = decode_source(self.get_data(self.path))  # as Python reads it: a BOM (torch_npu has them), a coding line
     targets = set(plan.targets[fullname])
     if plan.mode == "trace":
         tree = operators.instrument(source, fullname, targets)
@@ -61,7 +62,19 @@ def _get_code(self, fullname):
             return _original_get_code(self, fullname)
         tree = operators.mutate(source, fullname, targets, plan.mutant_id)
         _note("applied", fullname)
+    _show_to_source_readers(self.path, fullname, source, tree)
     return compile(tree, self.path, "exec", dont_inherit=True)
+
+
+def _show_to_source_readers(path: str, fullname: str, source: str, tree) -> None:
+    """Code that compiles a function's source again (Triton's interpreter and JIT) must read the changed
+    text, or a ``@triton.jit`` function runs unmutated and unprobed (:mod:`.source_text`)."""
+    from . import source_text
+
+    lines, unplaced = source_text.module_lines(source, tree)
+    source_text.serve_to_source_readers(path, lines)
+    for name in unplaced:
+        _note("unplaced", f"{fullname}:{name}")
 
 
 def _note(kind: str, text: str) -> None:

@@ -46,6 +46,8 @@ class SuiteRun:
     applied_in: int  #: processes that applied the mutant (0: the mutated module was never imported)
     hits: list[tuple[float, bool, str]] = field(default_factory=list)  #: the coverage pass's (time, in a test, function)
     output_tail: str = ""
+    #: definitions whose changed text did not fit their lines: code reading their source saw the original
+    unplaced: list[str] = field(default_factory=list)
 
     @property
     def failures(self) -> list[dict]:
@@ -99,8 +101,12 @@ def run_suite(config: Config, plan: Plan, tests: list[str], extra_args: list[str
             with open(results) as handle:
                 events = [json.loads(line) for line in handle if line.strip()]
         applied = sum(1 for name in os.listdir(log_dir) if name.startswith("applied-"))
-        hits = []
+        hits: list[tuple[float, bool, str]] = []
+        unplaced: set[str] = set()
         for name in os.listdir(log_dir):
+            if name.startswith("unplaced-"):
+                with open(os.path.join(log_dir, name)) as handle:
+                    unplaced.update(line.strip() for line in handle if line.strip())
             if name.startswith("hits-"):
                 with open(os.path.join(log_dir, name)) as handle:
                     for line in handle:
@@ -110,7 +116,7 @@ def run_suite(config: Config, plan: Plan, tests: list[str], extra_args: list[str
             handle.seek(0, os.SEEK_END)
             handle.seek(max(handle.tell() - 4000, 0))
             tail = handle.read().decode("utf-8", "replace")
-        return SuiteRun(returncode, seconds, events, applied, hits, tail)
+        return SuiteRun(returncode, seconds, events, applied, hits, tail, sorted(unplaced))
 
 
 def _kill_group(process: subprocess.Popen) -> None:

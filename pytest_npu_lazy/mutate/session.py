@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from importlib.util import decode_source
 from typing import Callable
 
 from . import operators
@@ -77,7 +78,7 @@ class MutationPass:
         self.config = config
         self.options = options
         self.progress = progress
-        self.sources = {module: locate_source(module).read_text() for module in config.targets}
+        self.sources = {module: decode_source(locate_source(module).read_bytes()) for module in config.targets}
         #: module -> the digest of its installed source: what this pass's record and verdicts are keyed to
         self.digests = {module: digest(text) for module, text in self.sources.items()}
         self.tests = options.tests or (config.sample_tests if options.sample and config.sample_tests else config.tests)
@@ -288,6 +289,9 @@ class MutationPass:
                                 seconds=round(run.seconds, 1))
         if run.returncode in (0, 5):
             note = "" if run.applied_in else "the mutated module was never imported in the run"
+            if run.unplaced:  # Triton's interpreter compiles a jit function's source: it ran the original
+                note = "; ".join(filter(None, [note, "code that reads source saw the original text of "
+                                               + ", ".join(run.unplaced) + " (its mutated text did not fit its lines)"]))
             return MutantResult(mutant, Status.SURVIVED, message=note, tests_selected=selected,
                                 seconds=round(run.seconds, 1))
         return MutantResult(mutant, Status.ERROR, message=f"pytest exit {run.returncode} with no failed test: "

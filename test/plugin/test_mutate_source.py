@@ -1,0 +1,121 @@
+"""A mutant reaches code that compiles a function's source again, as Triton's interpreter does.
+
+Triton's interpreter (and its JIT) does not run a ``@triton.jit`` function's
+code object: it reads the function's source through ``inspect`` and compiles
+that. The hook changes the code the module runs; unless it changes the text
+``inspect`` reads too, such a function runs unmutated (its mutants survive,
+reported as holes in the tests) and unprobed (its mutants are called
+unreached). ``recompiled`` below is that reader, in a few lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from pytest_npu_lazy.mutate import operators, source_text
+from pytest_npu_lazy.mutate.hook import ENV, Plan
+from pytest_npu_lazy.mutate.runs import SITE_DIR
+
+LIBRARY = '''\
+import inspect
+import textwrap
+
+
+def recompiled(fn):
+    """Like Triton's interpreter: the function compiled again from the source text inspect finds."""
+    lines, _ = inspect.getsourcelines(fn)
+    namespace = {}
+    exec(compile(textwrap.dedent("".join(lines[1:])), inspect.getsourcefile(fn), "exec"), fn.__globals__, namespace)
+    return namespace[fn.__name__]
+
+
+@recompiled
+def scale(x):
+    """Doubles x.
+
+    A docstring of several lines, as torch_npu's helpers have.
+    """
+    return x * 2
+
+
+def after():
+    return "after"
+'''
+
+TARGETS = {"srclib": ["scale", "after"]}
+
+
+def _run(tmp_path: Path, mode: str, mutant_id: str | None, code: str) -> tuple[str, Path]:
+    (tmp_path / "srclib.py").write_text(LIBRARY)
+    log_dir = tmp_path / "log"
+    log_dir.mkdir(exist_ok=True)
+    env = dict(os.environ, **{ENV: Plan(mode, TARGETS, mutant_id, str(log_dir)).to_json()},
+               PYTHONDONTWRITEBYTECODE="1",
+               PYTHONPATH=os.pathsep.join([str(SITE_DIR), str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    return run.stdout, log_dir
+
+
+def _mutant(operator: str, line_text: str) -> operators.Mutant:
+    line = LIBRARY.splitlines().index(line_text) + 1
+    [mutant] = [m for m in operators.generate(LIBRARY, "srclib", {"scale"})
+                if m.operator == operator and m.line == line and "3" in m.description]
+    return mutant
+
+
+def test_a_mutant_in_a_function_compiled_from_its_source_runs_mutated(tmp_path):
+    mutant = _mutant("change-constant", "    return x * 2")
+    code = "import inspect, srclib; print(srclib.scale(5)); print(inspect.getsource(srclib.after).strip())"
+    out, log_dir = _run(tmp_path, "mutant", mutant.id, code)
+    lines = out.splitlines()
+    assert lines[0] == "15", f"the recompiled function ran the file's text, not the mutant ({mutant.id}): {out}"
+    assert lines[1:] == ["def after():", '    return "after"'], out  # the definitions below keep their lines
+    assert not list(log_dir.glob("unplaced-*"))
+
+
+def test_the_coverage_probe_fires_in_a_function_compiled_from_its_source(tmp_path):
+    _, log_dir = _run(tmp_path, "trace", None, "import srclib; srclib.scale(1)")
+    names = {line.split(" ", 2)[2] for f in log_dir.glob("hits-*") for line in f.read_text().splitlines()}
+    assert "srclib:scale" in names, names
+    assert "srclib:after" not in names, names
+
+
+def test_a_changed_definition_keeps_its_first_line_and_one_too_long_is_named():
+    original = "import x\n\n\n@deco\ndef f(a):\n    return (a +\n            1)\n\n\ndef g():\n    return 2\n"
+    tree = ast.parse(original)
+    tree.body[1].body[0].value.right = ast.Constant(5)
+    lines, unplaced = source_text.module_lines(original, ast.fix_missing_locations(tree))
+    assert unplaced == []
+    assert "".join(lines[3:7]) == "@deco\ndef f(a):\n    return a + 5\n\n", lines
+    assert lines[9:] == original.splitlines(keepends=True)[9:]  # g where it was
+
+    tree = ast.parse(original)
+    tree.body[2].body[:0] = [ast.Expr(ast.Constant(1))] * 3  # g grows by three lines it does not have
+    lines, unplaced = source_text.module_lines(original, ast.fix_missing_locations(tree))
+    assert unplaced == ["g"]
+    assert lines == original.splitlines(keepends=True)
+
+
+def test_an_unplaced_definition_is_said_where_its_mutant_survives(tmp_path):
+    from pytest_npu_lazy.mutate.runs import SuiteRun
+    from pytest_npu_lazy.mutate.session import MutationPass
+
+    mutant = _mutant("change-constant", "    return x * 2")
+    run = SuiteRun(0, 1.0, [], 1, [], "", ["srclib:scale"])
+    result = MutationPass._classify(None, mutant, run, 1)  # type: ignore[arg-type]  # reads no state
+    assert result.status.value == "survived"
+    assert "original text of srclib:scale" in result.message, result.message
+
+
+def test_the_file_is_never_touched(tmp_path):
+    mutant = _mutant("change-constant", "    return x * 2")
+    _run(tmp_path, "mutant", mutant.id, "import srclib")
+    assert (tmp_path / "srclib.py").read_text() == LIBRARY
+    assert textwrap.dedent(LIBRARY) == LIBRARY
