@@ -119,3 +119,13 @@ def test_the_file_is_never_touched(tmp_path):
     _run(tmp_path, "mutant", mutant.id, "import srclib")
     assert (tmp_path / "srclib.py").read_text() == LIBRARY
     assert textwrap.dedent(LIBRARY) == LIBRARY
+
+
+def test_a_changed_method_is_rewritten_alone_and_its_class_keeps_the_rest():
+    original = ("class K:\n    x = 1\n\n    def f(self):\n        return (1 +\n                2)\n\n"
+                "    def g(self):\n        return (3 +\n                4)\n")
+    tree = ast.parse(original)
+    tree.body[0].body[1].body[0].value.right = ast.Constant(5)
+    lines, unplaced = source_text.module_lines(original, ast.fix_missing_locations(tree))
+    assert unplaced == []
+    assert "".join(lines) == original.replace("(1 +\n                2)", "1 + 5\n"), "".join(lines)
