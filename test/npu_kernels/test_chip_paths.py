@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pytest
 from pytest_npu_lazy.cann.compute.ledger import HOST_ATEN, TRITON_INTERPRETER
-from testutils import COMPILED_FROM, MARKS, assert_equal_to_eager, compile_and_compare, producer_of
+from testutils import COMPILED_FROM, MARKS, assert_equal_to_eager, compile_and_compare, compile_and_run, producer_of
 
 pytestmark = MARKS
 
@@ -243,3 +243,36 @@ def test_a_low_precision_layer_norm_is_a_kernel_off_the_950(dtype):
     producer = producer_of(compile_and_compare(lambda t, w, b: torch.nn.functional.layer_norm(t, (33,), w, b),
                                                torch.randn(16, 33).to(low).npu(), weight, bias))
     assert producer is None or producer.by == TRITON_INTERPRETER, producer
+
+
+#: frexp's edges: zero (both signs), powers of two and values just off them, the smallest normal, subnormals, the
+#: largest finite; each dtype its own (bfloat16 has float32's range)
+FREXP_EDGES = {
+    "float32": [0.0, -0.0, 1.0, -1.0, 0.5, 0.75, 3.0, -6.5, 1024.0, 1023.9999, 1e-3, 3e38, -1e-30, 1.1754944e-38,
+                1e-40, 1.4e-45],
+    "bfloat16": [0.0, -0.0, 1.0, -1.0, 0.5, 0.75, 3.0, -6.5, 1024.0, 1e-3, 3e38, -1e-30, 1.1754944e-38, 1e-39],
+}
+
+
+@pytest.mark.parametrize("dtype", list(FREXP_EDGES))
+def test_frexp_is_atens_on_every_chip(dtype):
+    """torch_npu lists frexp in ``NPU_EXTRA_FALLBACK_LIST`` (every chip): a compiled ``torch.frexp`` is ATen's, and
+    its own ``triton_helpers.frexp`` is never reached. The mutation record judges that helper's mutants equivalent
+    on this ground; if a release lowers frexp, no Triton kernel may differ from eager by a bit (mantissa and exponent
+    are exact by definition) and the verdict must be taken back."""
+    torch = _t()
+    from torch_npu._inductor.lowering_fallback_list import NPU_EXTRA_FALLBACK_LIST
+
+    edges = torch.tensor(FREXP_EDGES[dtype], dtype=getattr(torch, dtype)).npu()
+    x = torch.cat([torch.randn(256).to(getattr(torch, dtype)).npu(), edges])
+    (mantissa, exponent), (eager_mantissa, eager_exponent) = compile_and_run(lambda t: torch.frexp(t), x)
+    bits = torch.int16 if dtype == "bfloat16" else torch.int32
+    assert torch.equal(exponent, eager_exponent) and torch.equal(mantissa.view(bits), eager_mantissa.view(bits)), [
+        (float(v), float(m), int(e), float(em), int(ee))
+        for v, m, e, em, ee in zip(x, mantissa, exponent, eager_mantissa, eager_exponent) if m != em or e != ee][:8]
+    assert torch.ops.aten.frexp.Tensor in NPU_EXTRA_FALLBACK_LIST, "torch_npu no longer sends frexp to ATen"
+    from pytest_npu_lazy.cann.compute import LEDGER
+
+    kernels = [e.name for e in LEDGER.since(COMPILED_FROM[0]) if e.by == TRITON_INTERPRETER]  # none on a device
+    assert not kernels, f"a Triton kernel computed the compiled frexp ({kernels}): take back the verdict on triton_helpers.frexp"
+
