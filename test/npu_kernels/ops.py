@@ -130,5 +130,6 @@ REDUCTIONS = {
     "min_all": lambda x: x.min(),
     "min_dim": lambda x: x.min(dim=0),
 }
-#: reductions over integers, as torch_npu's tests give them (sum, max, argmax)
-INT_REDUCTIONS = ("sum_last", "sum_first", "amax", "argmax", "max_dim", "cumsum")
+#: reductions over integers, as torch_npu's tests give them (sum, max, argmax), and their min twins (an integer min takes
+#: another path than a float one in torch_npu's triton_helpers._extremum)
+INT_REDUCTIONS = ("sum_last", "sum_first", "amax", "amin", "argmax", "argmin", "max_dim", "min_dim", "cumsum")
