@@ -57,7 +57,8 @@ def _rewrite(old_body: list, new_body: list, lines: list[str], unplaced: list[st
             _rewrite(old.body, node.body, lines, unplaced, prefix + node.name + ".")
             continue
         first, last = _span(old)
-        room = last - first + 1
+        start = max(first, _span(node)[0])  # where the new code object starts: past a dropped decorator
+        room = last - start + 1
         text = ast.unparse(node).splitlines()
         if len(text) > room:  # a probe's line more than the lines it has: its docstrings make the room
             text = ast.unparse(_without_docstrings(node)).splitlines()
@@ -65,7 +66,8 @@ def _rewrite(old_body: list, new_body: list, lines: list[str], unplaced: list[st
             unplaced.append(prefix + node.name)
             continue
         indent = len(lines[first - 1]) - len(lines[first - 1].lstrip())
-        lines[first - 1:last] = [" " * indent + line + "\n" for line in text] + ["\n"] * (room - len(text))
+        lines[first - 1:last] = ["\n"] * (start - first) + [" " * indent + line + "\n" for line in text] + [
+            "\n"] * (room - len(text))
 
 
 def _same_but_members(old: ast.ClassDef, new: ast.ClassDef) -> bool:

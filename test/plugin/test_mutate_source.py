@@ -129,3 +129,21 @@ def test_a_changed_method_is_rewritten_alone_and_its_class_keeps_the_rest():
     lines, unplaced = source_text.module_lines(original, ast.fix_missing_locations(tree))
     assert unplaced == []
     assert "".join(lines) == original.replace("(1 +\n                2)", "1 + 5\n"), "".join(lines)
+
+
+def test_a_definition_without_its_decorator_starts_where_its_code_object_says():
+    import inspect
+    import linecache
+
+    original = "import functools\n\n\n@functools.lru_cache(None)\ndef f(a):\n    return a + 1\n"
+    tree = ast.parse(original)
+    tree.body[1].decorator_list = []
+    lines, _ = source_text.module_lines(original, ast.fix_missing_locations(tree))
+    path = "/nonexistent/decorated_module.py"
+    source_text.serve_to_source_readers(path, lines)
+    namespace: dict = {}
+    exec(compile(tree, path, "exec"), namespace)
+    try:
+        assert inspect.getsource(namespace["f"]) == "def f(a):\n    return a + 1\n"
+    finally:
+        linecache.cache.pop(path, None)
