@@ -144,6 +144,7 @@ def test_a_definition_without_its_decorator_starts_where_its_code_object_says():
     namespace: dict = {}
     exec(compile(tree, path, "exec"), namespace)
     try:
+        assert lines[namespace["f"].__code__.co_firstlineno - 1] == "def f(a):\n", lines  # no search back needed
         assert inspect.getsource(namespace["f"]) == "def f(a):\n    return a + 1\n"
     finally:
         linecache.cache.pop(path, None)
