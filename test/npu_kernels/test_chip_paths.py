@@ -276,3 +276,55 @@ def test_frexp_is_atens_on_every_chip(dtype):
     kernels = [e.name for e in LEDGER.since(COMPILED_FROM[0]) if e.by == TRITON_INTERPRETER]  # none on a device
     assert not kernels, f"a Triton kernel computed the compiled frexp ({kernels}): take back the verdict on triton_helpers.frexp"
 
+
+
+@pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled by torch.compiler.config.force_disable_caches")
+@pytest.mark.parametrize("case", ["pointwise", "sum", "var_mean_welford"])
+def test_compute_mode_runs_torch_npus_no_linear_codegen_since_the_index_codegens_check_needs_a_compiler(case, monkeypatch):
+    """torch_npu writes each kernel with its index codegen (``NPUIndexTritonKernel``) and checks it by compiling it
+    to TTIR (``make_ttir_for_check``); when that raises, ``NPUCombinedScheduling.codegen_node`` logs it at debug level
+    and writes the kernel again with its no-linear codegen (``NPUTritonKernel``). Under ``--npu-lazy-cann=compute``
+    the kernel is Triton's interpreted function, which cannot be compiled, so the check always raises and every
+    kernel compute mode runs is the no-linear codegen's: torch_npu's fallback, not the kernel a device would run.
+    This pins that limit (docs/emulated-npu.md): the index codegen's steps (its Welford switch's vectorised axis
+    included) are never checked here, and the mutation record judges their mutants device-only on this ground.
+    On a device the check compiles, and this test, which needs the emulation's refusal, is skipped."""
+    import logging
+
+    torch = _t()
+    from torch_npu._inductor import config as npu_config
+    from torch_npu._inductor.codegen import npu_combined_scheduling, triton as npu_triton
+
+    monkeypatch.setattr(npu_config, "enable_welford", case == "var_mean_welford")
+    monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)
+    failures: list[BaseException] = []
+    written: list[str] = []
+
+    class Failures(logging.Handler):
+        def emit(self, record):
+            if record.exc_info and record.exc_info[1] is not None:
+                failures.append(record.exc_info[1])
+
+    original = npu_triton.NPUTritonKernel.codegen_kernel
+
+    def codegen_kernel(self, *args, **kwargs):
+        written.append(type(self).__name__)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(npu_triton.NPUTritonKernel, "codegen_kernel", codegen_kernel)
+    handler = Failures(logging.DEBUG)
+    logger = npu_combined_scheduling.log
+    monkeypatch.setattr(logger, "level", logging.DEBUG)
+    logger.addHandler(handler)
+    try:
+        fn = {"pointwise": lambda t: t * 2 + 1, "sum": lambda t: t.sum(-1),
+              "var_mean_welford": lambda t: torch.var_mean(t, dim=-1)}[case]
+        torch._dynamo.reset()
+        compile_and_compare(fn, torch.randn(32, 64).npu())
+    finally:
+        logger.removeHandler(handler)
+    if not failures and not written:
+        pytest.skip("needs the emulated NPU that computes (a device compiles the check)")
+    assert failures and all("make ttir" in str(failure) and "compiled kernel's" in str(failure)
+                            for failure in failures), failures  # the emulation's refusal (MissingAttribute), named
+    assert written and set(written) == {"NPUTritonKernel"}, written
