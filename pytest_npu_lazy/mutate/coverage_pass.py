@@ -42,6 +42,9 @@ def take_coverage(config: Config, tests: list[str], sources: dict[str, str], ret
             f"the suite does not pass without a mutant (pytest exit {run.returncode}; failed: "
             f"{', '.join(failed) or 'none reported'}), so no mutant could be judged. Fix the suite or deselect "
             f"those tests (config [run] tests / pytest_args). Last output:\n{run.output_tail}")
+    if run.unplaced:  # their probes never fire in code that compiles their source again (Triton): say so
+        progress(f"coverage: the probed text of {', '.join(run.unplaced)} did not fit its lines; code that reads "
+                 "source (Triton's interpreter) ran the original there, so its mutants may be called unreached")
     spans: dict[str, dict] = {}  # a test may log start and finish more than once (isolated: relayed)
     for window in run.windows:
         span = spans.setdefault(window["nodeid"], dict(window))

@@ -78,7 +78,8 @@ def _show_to_source_readers(path: str, fullname: str, source: str, tree) -> None
 
 
 def _note(kind: str, text: str) -> None:
-    """One line in this process's log: that the mutant was applied here (read by the runner)."""
+    """One line in this process's log, read by the runner: ``applied`` (the mutant was applied here) or
+    ``unplaced`` (a definition whose changed text did not fit its lines)."""
     if not _plan or not _plan.log_dir:
         return
     path = os.path.join(_plan.log_dir, f"{kind}-{os.getpid()}")

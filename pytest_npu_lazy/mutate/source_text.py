@@ -10,7 +10,7 @@ function would run unmutated, survive, and be reported as a hole in the
 tests; a coverage probe there would never fire, and its mutants would be
 called unreached.
 
-:func:`module_lines` writes each changed definition (the innermost: a method,
+:func:`module_lines` writes each changed statement (the innermost: a method,
 not its whole class) back over its own lines (``ast.unparse``, padded with blank lines), so every definition
 still starts on the line its code object names and ``inspect`` finds it
 there; :func:`serve_to_source_readers` puts those lines in ``linecache``,
@@ -21,63 +21,85 @@ from __future__ import annotations
 
 import ast
 import copy as copy_module
+import io
 import linecache
 
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+#: fields holding a block of statements: a compound statement whose header is unchanged is looked into
+_BLOCKS = ("body", "orelse", "finalbody")
+#: path -> the lines served for it in this process (put back if something clears linecache)
+_SERVED: dict[str, list[str]] = {}
 
 
 def _span(node: ast.stmt) -> tuple[int, int]:
-    """First and last line of a definition, decorators included (where its code object starts)."""
+    """First and last line of a statement, decorators included (where a definition's code object starts)."""
     first = min([node.lineno, *(decorator.lineno for decorator in getattr(node, "decorator_list", ()))])
     return first, node.end_lineno or node.lineno
 
 
 def module_lines(original: str, changed: ast.Module) -> tuple[list[str], list[str]]:
-    """The original's lines with each definition that ``changed`` alters rewritten in place: the innermost
-    one that holds the change, so a class's other methods keep their text and lines.
+    """The original's lines with each statement that ``changed`` alters rewritten over its own lines: the
+    innermost one that holds the change (a method, not its class; a function defined under an ``if``, not the
+    ``if``), so every other statement keeps its text and lines.
 
-    Returns the lines and the names of changed definitions whose new text is longer than their old span
-    (rare: ``ast.unparse`` writes a statement on one line); those keep their old text, and the caller says so.
+    Statements are matched by where they start (an edit keeps the location of what it replaces); one the
+    change added (a probe in a class body) has no place of its own and is left out of the text. Returns the
+    lines and the names of changed statements whose new text is longer than their old span even without
+    docstrings (rare: ``ast.unparse`` writes a statement on one line); those keep their old text, and the
+    caller says so.
     """
-    lines = original.splitlines(keepends=True)
+    lines = io.StringIO(original).readlines()  # "\n" only, as the parser counts lines (not str.splitlines)
     unplaced: list[str] = []
     _rewrite(ast.parse(original).body, changed.body, lines, unplaced, "")
     return lines, unplaced
 
 
 def _rewrite(old_body: list, new_body: list, lines: list[str], unplaced: list[str], prefix: str) -> None:
-    before = {node.name: node for node in old_body if isinstance(node, _DEFINITIONS)}
+    before = {(node.lineno, node.col_offset, type(node)): node for node in old_body}
     for node in new_body:
-        if not isinstance(node, _DEFINITIONS):
-            continue
-        old = before.get(node.name)
+        old = before.get((getattr(node, "lineno", None), getattr(node, "col_offset", None), type(node)))
         if old is None or ast.dump(old) == ast.dump(node):
             continue
-        if isinstance(node, ast.ClassDef) and isinstance(old, ast.ClassDef) and _same_but_members(old, node):
-            _rewrite(old.body, node.body, lines, unplaced, prefix + node.name + ".")
+        name = prefix + getattr(node, "name", f"<line {old.lineno}>")
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _same_header(old, node):
+            inner = name + "." if isinstance(node, ast.ClassDef) else prefix
+            for field in _BLOCKS:
+                _rewrite(getattr(old, field, []), getattr(node, field, []), lines, unplaced, inner)
+            for old_handler, handler in zip(getattr(old, "handlers", []), getattr(node, "handlers", [])):
+                _rewrite(old_handler.body, handler.body, lines, unplaced, inner)
             continue
-        first, last = _span(old)
-        start = max(first, _span(node)[0])  # where the new code object starts: past a dropped decorator
-        room = last - start + 1
-        text = ast.unparse(node).splitlines()
-        if len(text) > room:  # a probe's line more than the lines it has: its docstrings make the room
-            text = ast.unparse(_without_docstrings(node)).splitlines()
-        if len(text) > room:
-            unplaced.append(prefix + node.name)
-            continue
-        indent = len(lines[first - 1]) - len(lines[first - 1].lstrip())
-        lines[first - 1:last] = ["\n"] * (start - first) + [" " * indent + line + "\n" for line in text] + [
-            "\n"] * (room - len(text))
+        _place(old, node, lines, unplaced, name)
 
 
-def _same_but_members(old: ast.ClassDef, new: ast.ClassDef) -> bool:
-    """The two classes differ only inside their methods and nested classes: each can be rewritten alone."""
-    if len(old.body) != len(new.body) or ast.dump(ast.ClassDef(old.name, old.bases, old.keywords, [],
-                                                             old.decorator_list)) != ast.dump(
-            ast.ClassDef(new.name, new.bases, new.keywords, [], new.decorator_list)):
-        return False
-    return all(isinstance(a, _DEFINITIONS) and isinstance(b, _DEFINITIONS) and a.name == b.name
-               or ast.dump(a) == ast.dump(b) for a, b in zip(old.body, new.body))
+def _same_header(old: ast.stmt, new: ast.stmt) -> bool:
+    """The two differ only inside their blocks (and those blocks have the same statements' places)."""
+    def header(node: ast.stmt) -> str:
+        blank = copy_module.copy(node)
+        for field in _BLOCKS:
+            if hasattr(blank, field):
+                setattr(blank, field, [])
+        handlers = getattr(node, "handlers", None)
+        if handlers is not None:
+            blank.handlers = [ast.ExceptHandler(h.type, h.name, []) for h in handlers]  # type: ignore[attr-defined]
+        return ast.dump(blank)
+
+    return header(old) == header(new)
+
+
+def _place(old: ast.stmt, node: ast.stmt, lines: list[str], unplaced: list[str], name: str) -> None:
+    first, last = _span(old)
+    start = max(first, _span(node)[0])  # where the new code object starts: past a dropped decorator
+    room = last - start + 1
+    text = ast.unparse(node).splitlines()
+    if len(text) > room:  # a probe's line more than the lines it has: its docstrings make the room
+        text = ast.unparse(_without_docstrings(node)).splitlines()
+    if len(text) > room:
+        unplaced.append(name)
+        return
+    line = lines[first - 1]
+    indent = line[:len(line) - len(line.lstrip())]  # tabs stay tabs
+    lines[first - 1:last] = ["\n"] * (start - first) + [indent + text_line + "\n" for text_line in text] + [
+        "\n"] * (room - len(text))
 
 
 def _without_docstrings(node: ast.stmt) -> ast.stmt:
@@ -93,5 +115,19 @@ def _without_docstrings(node: ast.stmt) -> ast.stmt:
 
 
 def serve_to_source_readers(path: str, lines: list[str]) -> None:
-    """Make ``inspect``/``linecache`` answer ``lines`` for ``path`` in this process (and its forks)."""
+    """Make ``inspect``/``linecache`` answer ``lines`` for ``path`` in this process (and its forks), also after
+    ``linecache.clearcache()`` (torch's compile workers call it): a reader then reloads it, and gets these."""
+    _SERVED[path] = lines
     linecache.cache[path] = (sum(len(line) for line in lines), None, lines, path)
+    if not getattr(linecache.updatecache, "_npu_lazy_served", False):
+        original = linecache.updatecache
+
+        def updatecache(filename, module_globals=None):
+            served = _SERVED.get(filename)
+            if served is None:
+                return original(filename, module_globals)
+            linecache.cache[filename] = (sum(len(line) for line in served), None, served, filename)
+            return served
+
+        updatecache._npu_lazy_served = True  # type: ignore[attr-defined]
+        linecache.updatecache = updatecache

@@ -326,4 +326,3 @@ def test_welford_switch_takes_the_two_step_sums_for_short_reductions(shape, monk
     else:
         assert any("welford" in line for line in welford) and not any("welford" in line for line in two_step), (
             [line for line in welford if "welford" in line], [line for line in two_step if "welford" in line])
-
