@@ -17,6 +17,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from pytest_npu_lazy.mutate import operators, source_text
 from pytest_npu_lazy.mutate.hook import ENV, Plan
 from pytest_npu_lazy.mutate.runs import SITE_DIR
@@ -120,11 +122,23 @@ def test_the_file_is_never_touched(tmp_path):
     assert (tmp_path / "srclib.py").read_text() == LIBRARY
 
 
-def test_a_changed_method_is_rewritten_alone_and_its_class_keeps_the_rest():
-    original = ("class K:\n    x = 1\n\n    def f(self):\n        return (1 +\n                2)\n\n"
-                "    def g(self):\n        return (3 +\n                4)\n")
+#: a module, and the return statement (by its path of bodies) whose ``(1 + 2)`` becomes ``1 + 5``
+INNERMOST = {
+    "a method alone, not its class": ("class K:\n    x = 1\n\n    def f(self):\n        return (1 +\n                2)\n\n"
+                                      "    def g(self):\n        return (3 +\n                4)\n", (0, 1, 0)),
+    "a def under an if, not the if": ("import sys\nif sys:\n    def f():\n        return (1 +\n                2)\n"
+                                      "else:\n    f = None\n", (1, 0, 0)),
+}
+
+
+@pytest.mark.parametrize("case", list(INNERMOST))
+def test_the_innermost_changed_statement_is_rewritten_alone(case):
+    original, path = INNERMOST[case]
     tree = ast.parse(original)
-    tree.body[0].body[1].body[0].value.right = ast.Constant(5)
+    node = tree
+    for index in path:
+        node = node.body[index]
+    node.value.right = ast.Constant(5)
     lines, unplaced = source_text.module_lines(original, ast.fix_missing_locations(tree))
     assert unplaced == []
     assert "".join(lines) == original.replace("(1 +\n                2)", "1 + 5\n"), "".join(lines)
@@ -177,15 +191,6 @@ def test_statements_are_matched_by_place_not_name_and_a_class_attribute_moves_no
     for first_line in _first_lines(lines, tree).values():
         assert first_line.startswith(("def ", "@")), (first_line, text)
     assert "def g(self):" in lines[14], lines  # the method after them where it was
-
-
-def test_a_definition_under_an_if_is_rewritten_alone():
-    original = "import sys\nif sys:\n    def f():\n        return (1 +\n                2)\nelse:\n    f = None\n"
-    tree = ast.parse(original)
-    tree.body[1].body[0].body[0].value.right = ast.Constant(5)
-    lines, unplaced = source_text.module_lines(original, ast.fix_missing_locations(tree))
-    assert unplaced == []
-    assert "".join(lines) == original.replace("(1 +\n                2)", "1 + 5\n"), "".join(lines)
 
 
 def test_lines_are_counted_as_the_parser_counts_them_and_tabs_stay_tabs():
