@@ -107,10 +107,8 @@ def _without_docstrings(node: ast.stmt) -> ast.stmt:
     and a docstring there changes nothing it runs, while ``ast.unparse`` gives it a line per line of text."""
     copy = copy_module.deepcopy(node)
     for inner in ast.walk(copy):
-        body = getattr(inner, "body", None)
-        if isinstance(inner, _DEFINITIONS) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-            inner.body = body[1:] or [ast.Expr(ast.Constant(...))]
+        if isinstance(inner, _DEFINITIONS) and ast.get_docstring(inner, clean=False) is not None:
+            inner.body = inner.body[1:] or [ast.Expr(ast.Constant(...))]
     return copy
 
 
@@ -118,16 +116,22 @@ def serve_to_source_readers(path: str, lines: list[str]) -> None:
     """Make ``inspect``/``linecache`` answer ``lines`` for ``path`` in this process (and its forks), also after
     ``linecache.clearcache()`` (torch's compile workers call it): a reader then reloads it, and gets these."""
     _SERVED[path] = lines
-    linecache.cache[path] = (sum(len(line) for line in lines), None, lines, path)
+    _cache(path)
     if not getattr(linecache.updatecache, "_npu_lazy_served", False):
         original = linecache.updatecache
 
         def updatecache(filename, module_globals=None):
-            served = _SERVED.get(filename)
-            if served is None:
+            if filename not in _SERVED:
                 return original(filename, module_globals)
-            linecache.cache[filename] = (sum(len(line) for line in served), None, served, filename)
-            return served
+            return _cache(filename)
 
         updatecache._npu_lazy_served = True  # type: ignore[attr-defined]
         linecache.updatecache = updatecache
+
+
+def _cache(path: str) -> list[str]:
+    """Put the served lines of ``path`` in ``linecache`` as a loader's entry (no modification time, which
+    ``checkcache`` keeps), and return them."""
+    lines = _SERVED[path]
+    linecache.cache[path] = (sum(len(line) for line in lines), None, lines, path)
+    return lines

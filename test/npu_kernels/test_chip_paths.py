@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import pytest
 from pytest_npu_lazy.cann.compute.ledger import HOST_ATEN, TRITON_INTERPRETER
-from testutils import COMPILED_FROM, MARKS, assert_equal_to_eager, compile_and_compare, compile_and_run, producer_of
+from testutils import (COMPILED_FROM, MARKS, assert_equal_to_eager, compile_and_compare, compile_and_run,
+                       computed_by_the_compiled_call, producer_of)
 
 pytestmark = MARKS
 
@@ -271,9 +272,7 @@ def test_frexp_is_atens_on_every_chip(dtype):
         (float(v), float(m), int(e), float(em), int(ee))
         for v, m, e, em, ee in zip(x, mantissa, exponent, eager_mantissa, eager_exponent) if m != em or e != ee][:8]
     assert torch.ops.aten.frexp.Tensor in NPU_EXTRA_FALLBACK_LIST, "torch_npu no longer sends frexp to ATen"
-    from pytest_npu_lazy.cann.compute import LEDGER
-
-    kernels = [e.name for e in LEDGER.since(COMPILED_FROM[0]) if e.by == TRITON_INTERPRETER]  # none on a device
+    kernels, _ = computed_by_the_compiled_call()  # none on a device, which records nothing
     assert not kernels, f"a Triton kernel computed the compiled frexp ({kernels}): take back the verdict on triton_helpers.frexp"
 
 
@@ -289,7 +288,6 @@ def test_compute_mode_runs_torch_npus_no_linear_codegen_since_the_index_codegens
     included) are never checked here, and the mutation record judges their mutants device-only on this ground.
     Under compute it fails the day the check compiles; on a device (where it compiles) it is skipped."""
     torch = _t()
-    from pytest_npu_lazy.cann.compute import LEDGER
     from torch_npu._inductor import config as npu_config
     from torch_npu._inductor.codegen import scheduling, triton as npu_triton
 
@@ -318,7 +316,7 @@ def test_compute_mode_runs_torch_npus_no_linear_codegen_since_the_index_codegens
           "var_mean_welford": lambda t: torch.var_mean(t, dim=-1)}[case]
     torch._dynamo.reset()
     compile_and_compare(fn, torch.randn(32, 64).npu())
-    if not LEDGER.since(COMPILED_FROM[0]):
+    if computed_by_the_compiled_call() == ([], []):
         pytest.skip("needs the emulated NPU that computes (on a device the check compiles)")
     assert checks and all("compiled kernel's" in outcome for outcome in checks), (
         f"the index codegen's TTIR check now ends otherwise under compute ({checks}): compute mode may run its kernels; "
