@@ -86,29 +86,52 @@ def arg_extremum_ignores_nan() -> str | None:
             "values agree (NaN): on any device")
 
 
-def account_nan_rows(compiled, eager, inputs, op) -> None:
-    """Values equal eager's everywhere (NaN where eager has NaN); indices equal eager's on rows without NaN, and on
-    each row with NaN are the first position of the row's extremum with NaN ignored."""
+def account_nan_rows(compiled, eager, inputs, op, values_ignore_nan: bool = False) -> None:
+    """Indices equal eager's on rows without NaN, and on each row with NaN are the first position of the row's
+    extremum with NaN ignored. Values equal eager's everywhere (NaN where eager has NaN); with ``values_ignore_nan``,
+    on rows with NaN they are the extremum with NaN ignored instead."""
     import torch
 
     (x,) = inputs
     compiled, eager, x = _cpu(compiled), _cpu(eager), x.detach().cpu()
-    ignoring = op(torch.nan_to_num(x, nan=float("-inf") if _wants_max(op, x) else float("inf")))
+    ignoring = op(torch.where(torch.isnan(x), float("-inf") if _wants_max(op, x) else float("inf"), x))
     nan_rows = torch.isnan(x).any(dim=_reduced_dim(x, eager))
     if not nan_rows.any():
         raise BeyondTheFinding("no row holds NaN: the finding explains nothing here")
     for got, want, ignored in zip(_parts(compiled), _parts(eager), _parts(ignoring)):
-        if got.is_floating_point():
+        if got.is_floating_point() and not values_ignore_nan:
             if not torch.equal(torch.isnan(got), torch.isnan(want)) or not torch.equal(
                     got[~torch.isnan(want)], want[~torch.isnan(want)]):
                 raise BeyondTheFinding("the compiled values differ from eager's: the finding is about indices only")
             continue
+        what = "values" if got.is_floating_point() else "indices"
         if not torch.equal(got[~nan_rows], want[~nan_rows]):
             rows = (~nan_rows & (got != want)).nonzero()[:5].flatten().tolist()
-            raise BeyondTheFinding(f"rows without NaN differ from eager (rows {rows}): not the NaN finding")
+            raise BeyondTheFinding(f"{what} of rows without NaN differ from eager (rows {rows}): not the NaN finding")
         if not torch.equal(got[nan_rows], ignored[nan_rows]):
             rows = (nan_rows & (got != ignored)).nonzero()[:5].flatten().tolist()
-            raise BeyondTheFinding(f"rows with NaN differ from the NaN-ignoring extremum's position (rows {rows})")
+            raise BeyondTheFinding(f"{what} of rows with NaN differ from the NaN-ignoring extremum's (rows {rows})")
+
+
+# --------------------------------------------------------------------------- the index codegen's min over NaN
+
+
+def index_codegen_min_ignores_nan() -> str | None:
+    """torch_npu's index codegen propagates NaN in a max reduction only: its min is tl.min, which ignores NaN."""
+    source = _source("torch_npu", "_inductor", "codegen", "triton.py")
+    if 'if reduction_type in {"max"}:' not in source or "propagate_nan=True)" not in source:
+        return None
+    return ("torch_npu's index codegen (torch_npu/_inductor/codegen/triton.py, final_reduction) writes "
+            "tl.max(value, dim, propagate_nan=True) for a max reduction and tl.min(value, dim) for a min: tl.min "
+            "ignores NaN on the NPU (minNum, as triton-ascend states), so the compiled amin, and min(dim)'s value, of "
+            "a row holding NaN is the row's smallest number where eager's is NaN (max is right): on any device where "
+            "the index codegen's TTIR check compiles")
+
+
+def account_min_ignoring_nan(compiled, eager, inputs, op) -> None:
+    """Values (and min(dim)'s indices) equal eager's on rows without NaN; on rows with NaN they are the row's
+    smallest number and its first position."""
+    account_nan_rows(compiled, eager, inputs, op, values_ignore_nan=True)
 
 
 def _parts(result) -> list:
@@ -173,4 +196,9 @@ def known() -> dict[tuple[str, str], Finding]:
     if nan:
         for name in ("argmax", "argmin", "max_dim", "min_dim"):
             table[(f"nan_and_ties:{name}", "float32")] = Finding(nan, account_nan_rows)
+    index_min = index_codegen_min_ignores_nan()
+    if index_min:
+        table[("nan_and_ties:amin", "float32")] = Finding(index_min, account_min_ignoring_nan)
+        both = f"{index_min}; and for its index: {nan}" if nan else index_min
+        table[("nan_and_ties:min_dim", "float32")] = Finding(both, account_min_ignoring_nan)
     return table

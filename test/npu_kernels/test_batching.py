@@ -5,14 +5,17 @@ kernel's source shows nothing relating two rows (pytest_npu_lazy/cann/compute/ba
 refused is test/plugin/test_compute_batching.py). Here torch_npu's own generated kernels (a persistent
 reduction along the last and the first dimension, pointwise float32 and bfloat16, softmax, var_mean, amax)
 run both ways on the emulated NPU that computes: every output bit equal, and each batched launch did run
-merged (a comparison of two one-by-one runs would pass and prove nothing).
+merged (a comparison of two one-by-one runs would pass and prove nothing). The merge knows the kernels of
+torch_npu's no-linear codegen, which a device runs wherever its index codegen's TTIR check fails; the index
+codegen's kernels (2-D grids, loops over sub-blocks) run as launched. So these kernels are written by the
+no-linear codegen (testutils.write_with_the_no_linear_codegen).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from testutils import MARKS, kernels_since
+from testutils import MARKS, kernels_since, write_with_the_no_linear_codegen
 
 pytestmark = MARKS
 
@@ -46,6 +49,7 @@ def test_programs_run_together_give_the_bits_of_programs_run_one_by_one(name, mo
 
     from pytest_npu_lazy.cann.compute import LEDGER, TRITON_INTERPRETER
     from pytest_npu_lazy.cann.compute.batching import ONE_BY_ONE_ENV
+    write_with_the_no_linear_codegen(monkeypatch)  # the kernels these fast paths know (module docstring)
 
     shape, fn, other = CASES[name]
     x, y = torch.randn(shape).npu(), torch.randn(other(shape)).npu()

@@ -6,14 +6,16 @@ test/plugin/test_compute_loops.py). Here torch_npu's own generated kernels, comp
 and then called with a long one (torch_npu's ``test_sum.py`` does this: 8 elements, then 999,983), run both
 ways on the emulated NPU that computes: every output bit equal, over values with NaN, infinities, signed
 zeros and subnormals, and each wide launch did fold (a comparison of two one-by-one runs would pass and
-prove nothing).
+prove nothing). The fold knows the reduction loops of torch_npu's no-linear codegen, which a device runs wherever
+its index codegen's TTIR check fails; the index codegen's loops over sub-blocks run iteration by iteration. So
+these kernels are written by the no-linear codegen (testutils.write_with_the_no_linear_codegen).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from testutils import MARKS, kernels_since
+from testutils import MARKS, kernels_since, write_with_the_no_linear_codegen
 
 
 pytestmark = MARKS
@@ -72,6 +74,7 @@ def test_loop_iterations_run_together_give_the_bits_of_iterations_run_one_by_one
 
     from pytest_npu_lazy.cann.compute import LEDGER, TRITON_INTERPRETER
     from pytest_npu_lazy.cann.compute.loops import ONE_BY_ONE_ENV
+    write_with_the_no_linear_codegen(monkeypatch)  # the kernels these fast paths know (module docstring)
 
     short, long, dtype, fn, expected = CASES[name]
     x = _input(long, dtype, name)

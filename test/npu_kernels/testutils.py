@@ -35,6 +35,19 @@ def generate_tensor(shape, dtype: str, low=None, high=None, positive: bool = Fal
     return torch.randint(-9 if low is None else low, 9 if high is None else high, shape, dtype=torch_dtype).npu()
 
 
+def write_with_the_no_linear_codegen(monkeypatch) -> None:
+    """torch_npu writes each kernel with its index codegen and checks it by compiling it; where that check fails (on a
+    device too), ``NPUCombinedScheduling.codegen_node`` writes the kernel with its no-linear codegen instead. Make
+    every check fail here, for tests of what compute mode does with the no-linear codegen's kernels (the launches
+    it runs together, the loops it folds), which a device runs wherever the index codegen's check fails."""
+    from torch_npu._inductor.codegen import scheduling
+
+    def refuse(self, src_code):
+        raise RuntimeError("the index codegen's TTIR check fails on purpose (write_with_the_no_linear_codegen)")
+
+    monkeypatch.setattr(scheduling.NPUTritonScheduling, "make_ttir_for_check", refuse)
+
+
 #: the ledger entry at which the last compile_and_run's compiled call began (compute mode: what computed it follows)
 COMPILED_FROM = [0]
 

@@ -583,8 +583,9 @@ print(json.dumps(answer))
 
 
 def test_a_compiled_kernels_attribute_asked_of_an_interpreted_one_is_a_named_refusal():
-    """torch_npu's precompile and its index codegen's TTIR check ask an interpreted kernel what only a compiled one
-    has (``constexprs``, ``src``): the answer names the kernel and the attribute, not a bare AttributeError."""
+    """torch_npu's precompile of a config asks an interpreted kernel what only a compiled one has (``constexprs``,
+    ``src``): the answer names the kernel and the attribute, not a bare AttributeError. (Its index codegen's TTIR
+    check is given the compiler's view of the kernel instead: test_compute_index_codegen.py.)"""
     from pathlib import Path
 
     from cann_support import run_python

@@ -9,6 +9,8 @@ memory, the Triton driver's answers), and:
   Triton's interpreter, through torch_npu's own launcher and heuristics;
 - :mod:`.batching`: a launch's programs run together where the kernel's source shows that
   changes no value (the interpreter's cost is per program);
+- :mod:`.index_codegen`: torch_npu's index codegen's TTIR check compiles (Triton's frontend on the
+  compiler's view of the kernel), so the kernels that run are those a device runs, not its fallback's;
 - :mod:`.loops`: a sum's reduction loop runs its iterations together, folded in order, where the
   kernel's source shows that changes no value (the interpreter's cost is per iteration);
 - :mod:`.ledger`: what computed each value (host ATen kernel, Triton interpreter, refused).
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import host_kernels, interpreter
+from . import host_kernels, index_codegen, interpreter
 from .ledger import BY, HOST_ATEN, LEDGER, LOST, REFUSED, TRITON_INTERPRETER, Computation
 
 __all__ = ["BY", "HOST_ATEN", "LEDGER", "LOST", "REFUSED", "TRITON_INTERPRETER", "Computation", "describe",
@@ -44,4 +46,6 @@ def install(on_load: Callable[[str, Callable[[str], object]], None]) -> None:
     interpreter.activate_interpreter()
     on_load("torch_npu", host_kernels.install)
     on_load("triton.language", interpreter.install_language_shims)
+    on_load("triton", index_codegen.remember_language)
+    on_load("torch_npu._inductor.runtime.triton_heuristics", index_codegen.install)
     on_load("triton.runtime.interpreter", interpreter.install_interpreter_shims)

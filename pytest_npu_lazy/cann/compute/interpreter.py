@@ -52,9 +52,9 @@ What the interpreter cannot show at all: the programs of a grid run one after an
 between programs and the order of atomics are never seen; the NPU compiler (bisheng) never runs,
 so nothing it would refuse or miscompile is seen; the launch options it takes are dropped.
 Nothing compiles a kernel ahead of its launch either: what asks an interpreted kernel for a compiled
-one's attributes (torch_npu's precompile of a config, the TTIR check of its index codegen) is refused
-by name (:func:`_name_what_only_a_compiler_has`), and torch_npu's index codegen then falls back to its
-other codegen, as it does wherever that check fails.
+one's attributes (torch_npu's precompile of a config, a C++ wrapper's kernel binary) is refused by name
+(:func:`_name_what_only_a_compiler_has`); the TTIR check of torch_npu's index codegen runs Triton's frontend
+on the compiler's view of the kernel instead (:mod:`.index_codegen`).
 
 Each launch is written to the ledger (``Triton interpreter``, with the kernel's name); a
 launch on a lost device fails without running.
@@ -426,8 +426,9 @@ def _name_what_only_a_compiler_has(interpreter) -> None:
 
     Under ``TRITON_INTERPRET=1`` ``@triton.jit`` gives an ``InterpretedFunction``, which launches and
     nothing else. Code that compiles a kernel before its launch asks it what only a ``JITFunction``
-    has (``constexprs``, ``src``, ``params`` ...): torch_npu's precompile of a config, the TTIR check
-    of its index codegen, a C++ wrapper's kernel binary. Triton answers with a bare ``AttributeError``
+    has (``constexprs``, ``src``, ``params`` ...): torch_npu's precompile of a config, a C++ wrapper's
+    kernel binary (the TTIR check of its index codegen is given the compiler's view: :mod:`.index_codegen`).
+    Triton answers with a bare ``AttributeError``
     that reads as a bug; here it is :class:`MissingAttribute`, which names the kernel, the attribute and
     why (still an ``AttributeError`` to ``hasattr`` and ``getattr`` with a default, so whoever only asks
     gets the answer it got before).
@@ -442,8 +443,8 @@ def _name_what_only_a_compiler_has(interpreter) -> None:
         kernel = getattr(self.__dict__.get("fn"), "__name__", "kernel")
         raise MissingAttribute(
             f"Triton kernel {kernel}: {attribute} is a compiled kernel's (JITFunction.{attribute}), asked by code "
-            f"that compiles the kernel before launching it (torch_npu's precompile of a config, the TTIR check of "
-            f"its index codegen, a C++ wrapper's kernel binary); under TRITON_INTERPRET=1 the kernel is Triton's "
+            f"that compiles the kernel before launching it (torch_npu's precompile of a config, a C++ wrapper's "
+            f"kernel binary); under TRITON_INTERPRET=1 the kernel is Triton's "
             f"InterpretedFunction, which only launches, and nothing here compiles it; {NEEDS_A_DEVICE}")
 
     function.__getattr__ = __getattr__

@@ -1,0 +1,200 @@
+"""torch_npu's index codegen under compute mode: its TTIR check compiled, its kernels launched as a device would.
+
+torch_npu writes each kernel with its index codegen (``NPUIndexTritonKernel``) and checks it by compiling it to
+TTIR (``NPUTritonScheduling.make_ttir_for_check`` -> ``NPUCachingAutotuner._triton_make_ttir``); where the check
+raises, ``NPUCombinedScheduling.codegen_node`` writes the kernel again with its no-linear codegen. Under
+``TRITON_INTERPRET=1`` the kernel is Triton's ``InterpretedFunction``, which has nothing a compiler reads, so the
+check always raised and compute mode only ever ran the fallback's kernels: not the ones a device runs.
+
+Two bridges make it the device's choice again:
+
+- **The check compiles.** Triton's frontend (``ast_to_ttir``) runs on the *compiler's view* of the kernel: a
+  ``JITFunction`` over the same Python function, whose globals see every interpreted jit helper as a
+  ``JITFunction`` too, while ``triton.language`` is, for the length of the check, as it was before the
+  interpreter patched it (the interpreter rewrites ``tl``'s builtins for good at its first launch). That is the
+  frontend of the installed Triton; triton-ascend 3.2.0 (PyPI) lacks the Ascend dialect torch_npu loads
+  (``triton._C.libtriton.ascend.ir``), so the check loads Triton's own dialects only: a kernel that needs
+  Ascend's dialect fails the check here and falls back, where triton-ascend 3.2.1 would compile it.
+- **The launch gets its runtime blocks.** The index codegen passes some block sizes as runtime arguments
+  (``inductor_meta["runtime_block_arg_names"]``). On a device the autotuner's chosen candidate supplies them;
+  torch_npu's interpreter branch launches its first config and leaves them out (``best_runtime_blocks`` stays
+  empty without an autotune), and the launch stops (missing positional arguments, or a grid naming ``Y0BLOCK``).
+  They are taken from that config, as torch_npu's own candidate plan takes them
+  (``extract_runtime_blocks_from_cfg``).
+
+Each check's outcome is kept (:data:`CHECKS`), and each launch of torch_npu's says in the ledger which of its
+codegens wrote the kernel (:func:`written_by`, from the kernel's own ``inductor_meta``, so a cached kernel says it too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .ledger import LEDGER, TRITON_INTERPRETER
+
+#: The language objects the interpreter patches at its first launch (``_patch_lang``): their pristine members.
+_PRISTINE: list[tuple[object, dict[str, object]]] = []
+
+
+@dataclass(frozen=True)
+class Check:
+    """One TTIR check of the index codegen: the kernel it checked and how it ended (``compiled``, or the error)."""
+
+    kernel: str
+    outcome: str
+
+    @property
+    def compiled(self) -> bool:
+        return self.outcome == COMPILED
+
+
+COMPILED = "compiled"
+#: every check of this process, in order (a forked child inherits its parent's and reads from its own index)
+CHECKS: list[Check] = []
+
+
+def remember_language(_loaded: str = "triton") -> None:
+    """Keep ``triton.language`` as the compiler knows it, before any launch patches it: once ``triton`` loaded, since
+    triton-ascend completes its language as ``triton`` finishes loading (``triton/testing.py`` sets ``tl.range``,
+    ``tl.parallel``, ``tl.load`` ... from its ``triton_patch``). Kept: the objects the interpreter patches
+    (``tl``, ``tl.core``, ``tl.math``, ``tl.tensor``, ``tl.dtype``, the Ascend libdevice our launch patches) and every
+    Triton module holding jit functions (``tl.standard``'s ``sum``, ``max`` ... are interpreted ones)."""
+    if _PRISTINE:
+        return
+    import sys
+
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    owners: list[object] = [tl, tl.core, tl.math, tl.tensor, tl.dtype]
+    ascend = getattr(tl.extra, "ascend", None)
+    if ascend is not None:
+        owners.append(ascend.libdevice)
+    for name, module in list(sys.modules.items()):
+        if (name == "triton" or name.startswith("triton.")) and module is not None and module not in owners and \
+                any(isinstance(member, InterpretedFunction) for member in list(vars(module).values())):
+            owners.append(module)
+    for owner in owners:
+        _PRISTINE.append((owner, dict(vars(owner))))
+
+
+def _swap(owner: object, wanted: dict[str, object]) -> None:
+    current = dict(vars(owner))
+    for name, value in wanted.items():
+        if current.get(name, _swap) is not value:
+            setattr(owner, name, value)
+    for name in current:
+        if name not in wanted:
+            delattr(owner, name)
+
+
+@contextlib.contextmanager
+def compiler_language() -> Iterator[None]:
+    """``triton.language`` as the frontend knows it, for the length of a check; the interpreter's after."""
+    patched = [(owner, dict(vars(owner))) for owner, _ in _PRISTINE]
+    try:
+        for owner, pristine in _PRISTINE:
+            _swap(owner, {name: compiler_view(member) for name, member in pristine.items()})
+        yield
+    finally:
+        for owner, members in patched:
+            _swap(owner, members)
+
+
+_VIEWS: dict[object, object] = {}
+
+
+def compiler_view(value):
+    """What the compiler sees where the interpreter has ``value``: a ``JITFunction`` for an interpreted one, a
+    module of those for a module holding any, a plain module for a bridged one; anything else as it is."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    if isinstance(value, InterpretedFunction):
+        view = _VIEWS.get(value.fn)
+        if view is None:
+            view = _VIEWS[value.fn] = JITFunction(value.fn)
+            view.__globals__ = {name: compiler_view(member) for name, member in value.fn.__globals__.items()}
+        return view
+    if isinstance(value, types.ModuleType) and all(value is not owner for owner, _ in _PRISTINE):
+        members = vars(value)
+        if type(value) is not types.ModuleType or any(isinstance(v, InterpretedFunction) for v in members.values()):
+            view = _VIEWS.get(value)
+            if view is None:
+                view = _VIEWS[value] = types.ModuleType(value.__name__, value.__doc__)
+                for name, member in members.items():
+                    if not name.startswith("__"):
+                        setattr(view, name, compiler_view(member))
+                if type(value) is not types.ModuleType:  # a bridge computed on demand (tl.extra.cann.libdevice)
+                    view.__getattr__ = lambda name, _bridge=value: compiler_view(getattr(_bridge, name))
+            return view
+    return value
+
+
+#: the ledger's words for the codegen that wrote a launched kernel of torch_npu's
+INDEX_CODEGEN = "written by torch_npu's index codegen (NPUIndexTritonKernel)"
+NO_LINEAR_CODEGEN = "written by torch_npu's no-linear codegen (NPUTritonKernel)"
+
+
+def written_by(inductor_meta: dict) -> str | None:
+    """Which of torch_npu's codegens wrote a kernel, read from its ``inductor_meta``: the no-linear codegen marks
+    its kernels ``requires_no_linear_block_remap``; the index codegen declares ``runtime_block_arg_names``."""
+    if inductor_meta.get("requires_no_linear_block_remap"):
+        return NO_LINEAR_CODEGEN
+    if "runtime_block_arg_names" in inductor_meta:
+        return INDEX_CODEGEN
+    return None
+
+
+def install(_loaded: str = "torch_npu._inductor.runtime.triton_heuristics") -> None:
+    """Bridge torch_npu's autotuner (once its module loaded): the check on the compiler's view, runtime blocks."""
+    from torch_npu._inductor.runtime import triton_heuristics
+
+    autotuner = triton_heuristics.NPUCachingAutotuner
+    if getattr(autotuner, "_npu_lazy_index_codegen", False):
+        return
+    make_ttir = autotuner._triton_make_ttir
+    run = autotuner.run
+
+    def _triton_make_ttir(self):
+        import triton._C.libtriton as libtriton
+
+        kernel, interpreted = self.inductor_meta.get("kernel_name", "triton_"), self.fn
+        ascend = getattr(libtriton, "ascend", None)
+        dialect_missing = ascend is not None and not hasattr(ascend, "ir")
+        if dialect_missing:  # triton-ascend 3.2.0: Triton's own dialects only (the docstring says what that costs)
+            ascend.ir = types.SimpleNamespace(load_dialects=lambda context: None)
+        self.fn = compiler_view(interpreted)
+        try:
+            with compiler_language():
+                make_ttir(self)
+        except Exception as error:
+            CHECKS.append(Check(kernel, f"{type(error).__name__}: {error}"))
+            raise
+        finally:
+            self.fn = interpreted
+            if dialect_missing:
+                del ascend.ir
+        CHECKS.append(Check(kernel, COMPILED))
+
+    def run_with_runtime_blocks(self, *args, **kwargs):
+        if self.triton_interpret and self.runtime_block_arg_names and not self.best_runtime_blocks:
+            config = self.best_candidate_config or self.configs[0]
+            blocks = triton_heuristics.extract_runtime_blocks_from_cfg(config, self.runtime_block_arg_names)
+            self.best_runtime_blocks = tuple(int(blocks[name]) for name in self.runtime_block_arg_names
+                                             if name in blocks)
+        before = len(LEDGER.entries)
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            words = written_by(self.inductor_meta or {}) if self.triton_interpret else None
+            for index in range(before, len(LEDGER.entries)) if words else ():
+                if LEDGER.entries[index].by == TRITON_INTERPRETER:
+                    LEDGER.add_detail(index, words)
+
+    autotuner._triton_make_ttir = _triton_make_ttir
+    autotuner.run = run_with_runtime_blocks
+    autotuner._npu_lazy_index_codegen = True
