@@ -21,6 +21,12 @@ Two bridges make it the device's choice again:
   empty without an autotune), and the launch stops (missing positional arguments, or a grid naming ``Y0BLOCK``).
   They are taken from that config, as torch_npu's own candidate plan takes them
   (``extract_runtime_blocks_from_cfg``).
+- **A grouped kernel launches too.** With symbolic-shape group autotune on, the index codegen's kernels get
+  ``NPUSymbolicGroupedAutotuner``, whose ``run`` has no interpreter branch: it compiles every candidate, then
+  launches the group's best. Under the interpreter it resolves the group from the runtime sizes as a device
+  does (``_resolve_group_id``), takes that group's first candidate (the interpreter branch's rule: no timings
+  to choose by), materialises its runtime blocks as a device does (``_materialize_runtime_blocks``), and
+  launches through the interpreter branch.
 
 Each check's outcome is kept (:data:`CHECKS`), and each launch of torch_npu's says in the ledger which of its
 codegens wrote the kernel (:func:`written_by`, from the kernel's own ``inductor_meta``, so a cached kernel says it too).
@@ -198,3 +204,27 @@ def install(_loaded: str = "torch_npu._inductor.runtime.triton_heuristics") -> N
     autotuner._triton_make_ttir = _triton_make_ttir
     autotuner.run = run_with_runtime_blocks
     autotuner._npu_lazy_index_codegen = True
+    grouped = getattr(triton_heuristics, "NPUSymbolicGroupedAutotuner", None)
+    if grouped is not None and "run" in vars(grouped):
+        _launch_a_group_in_the_interpreter(grouped, autotuner, triton_heuristics)
+
+
+def _launch_a_group_in_the_interpreter(grouped, base, triton_heuristics) -> None:
+    """The grouped autotuner's launch under the interpreter: its group's first candidate (module docstring)."""
+    compiled_run = grouped.run
+
+    def run(self, *args, stream, benchmark_run=False, **kwargs):
+        if not self.triton_interpret:
+            return compiled_run(self, *args, stream=stream, benchmark_run=benchmark_run, **kwargs)
+        group_id = self._resolve_group_id(self._runtime_feature_inputs(args))
+        candidates = self.candidate_plan["group_to_candidates"][group_id]
+        if not candidates:
+            raise RuntimeError(f"runtime inputs resolved to unreachable grouped autotune group {group_id}")
+        candidate = candidates[0]
+        config = candidate.get("full_config",
+                               self.candidate_plan["variants"][candidate["variant_id"]]["config"])
+        self.best_candidate_config = triton_heuristics.config_from_dict(config)
+        self.best_runtime_blocks = tuple(self._materialize_runtime_blocks(candidate, args))
+        return base.run(self, *args, stream=stream, benchmark_run=benchmark_run, **kwargs)
+
+    grouped.run = run
