@@ -6,9 +6,10 @@ test/plugin/test_compute_loops.py). Here torch_npu's own generated kernels, comp
 and then called with a long one (torch_npu's ``test_sum.py`` does this: 8 elements, then 999,983), run both
 ways on the emulated NPU that computes: every output bit equal, over values with NaN, infinities, signed
 zeros and subnormals, and each wide launch did fold (a comparison of two one-by-one runs would pass and
-prove nothing). The fold knows the reduction loops of torch_npu's no-linear codegen, which a device runs wherever
-its index codegen's TTIR check fails; the index codegen's loops over sub-blocks run iteration by iteration. So
-these kernels are written by the no-linear codegen (testutils.write_with_the_no_linear_codegen).
+prove nothing). Both of torch_npu's codegens are run: the no-linear codegen's loops (which a device runs wherever
+the index codegen's TTIR check fails; testutils.write_with_the_no_linear_codegen makes it fail) and the index
+codegen's loop over a full reduction (the one at its kernel's top level; its loops nested in a loop over rows run
+iteration by iteration).
 """
 
 from __future__ import annotations
@@ -70,11 +71,27 @@ def _bits(tensor):
 
 @pytest.mark.parametrize("name", CASES)
 def test_loop_iterations_run_together_give_the_bits_of_iterations_run_one_by_one(name, monkeypatch):
+    write_with_the_no_linear_codegen(monkeypatch)  # its loops: for r0_offset in tl.range(0, r0_numel, R0_BLOCK)
+    _both_schedules(name, monkeypatch, "no-linear codegen")
+
+
+#: the index codegen writes a full reduction's loop at the kernel's top level (a row sum's sits inside its loop over
+#: rows, which runs as written)
+INDEX_CODEGEN_CASES = ["sum_1d", "sum_1d_nan_inf", "sum_int32", "sum_float16", "mean"]
+
+
+@pytest.mark.parametrize("name", INDEX_CODEGEN_CASES)
+def test_the_index_codegens_loop_over_a_reduction_folds_to_the_same_bits(name, monkeypatch):
+    """torch_npu's index codegen writes ``loops_r0 = (r0_numel + R0BLOCK_SUB - 1) // R0BLOCK_SUB`` and ``for loop_r0
+    in range(loops_r0)`` reading ``loop_r0 * R0BLOCK_SUB``: the same loop, whose iterations fold the same way."""
+    _both_schedules(name, monkeypatch, "index codegen")
+
+
+def _both_schedules(name, monkeypatch, codegen: str) -> None:
     import torch
 
     from pytest_npu_lazy.cann.compute import LEDGER, TRITON_INTERPRETER
     from pytest_npu_lazy.cann.compute.loops import ONE_BY_ONE_ENV
-    write_with_the_no_linear_codegen(monkeypatch)  # the kernels these fast paths know (module docstring)
 
     short, long, dtype, fn, expected = CASES[name]
     x = _input(long, dtype, name)
@@ -88,6 +105,7 @@ def test_loop_iterations_run_together_give_the_bits_of_iterations_run_one_by_one
         results[schedule] = compiled(x)
         assert kernels_since(start), "no Triton kernel ran: nothing was compared"
         details[schedule] = [e.detail for e in LEDGER.since(start) if e.by == TRITON_INTERPRETER]
+    assert all(f"written by torch_npu's {codegen}" in d for d in details["0"]), details["0"]
     assert any("iteration by iteration (" in d for d in details["1"]), details["1"]
     assert any(expected in d for d in details["0"]), f"the loop did not say {expected!r}: {details['0']}"
     same = torch.equal(_bits(results["0"]), _bits(results["1"]))

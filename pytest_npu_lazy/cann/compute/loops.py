@@ -80,6 +80,8 @@ def _assigned(statements: list[ast.stmt]) -> set[str]:
 def _call_problem(call: ast.Call) -> str | None:
     """Why a call inside a loop could relate two elements of a chunk (or cannot be read), else None."""
     owner, name = _call_name(call)
+    if _one_axis_reshape(call) is not None:
+        return None
     if name in _TL_REDUCTIONS or (owner == "triton_helpers" and name in _HELPER_REDUCTIONS):
         return f"{owner or ''}{'.' if owner else ''}{name} reduces inside the loop"
     if name.startswith("atomic_") or name in _ORDERED or name in _MOVES_VALUES:
@@ -118,12 +120,24 @@ def _as_size(call: ast.Call, argument: ast.AST, leaf: ast.AST) -> bool:
     name = _call_name(call)[1]
     keyword = next((k.arg for k in call.keywords if k.value is argument), None)
     position = next((i for i, a in enumerate(call.args) if a is argument), None)
+    if _one_axis_reshape(call) is argument:  # a chunk made the chunk again: one axis, so no element moves
+        return True
     if isinstance(argument, (ast.List, ast.Tuple)):
         last = argument.elts[-1] if argument.elts else None
         shape = position == (0 if name in ("full", "zeros") else 1) or keyword == "shape"
         return last is leaf and shape and name in _SIZED
     # broadcast_to(x, A, B): sizes as separate arguments, the last of them
     return name == "broadcast_to" and position is not None and position == len(call.args) - 1 and position >= 1
+
+
+def _one_axis_reshape(call: ast.Call) -> ast.expr | None:
+    """The shape of ``tl.reshape(x, [N])`` or ``x.reshape([N])``, a reshape to one axis (torch_npu's index codegen
+    writes them around its loads and masks), else None."""
+    owner, name = _call_name(call)
+    position = 1 if owner == "tl" else 0
+    shape = call.args[position] if name == "reshape" and len(call.args) == position + 1 and not call.keywords \
+        else None
+    return shape if isinstance(shape, (ast.List, ast.Tuple)) and len(shape.elts) == 1 else None
 
 
 def _sizes_only(node: ast.AST, names: set[str]) -> bool:
@@ -367,17 +381,63 @@ def _rewritten(loop: ast.For, step: str, wide: str, numel: ast.expr, renames: di
     return [width, chosen]
 
 
+def _over_chunks(statements: list[ast.stmt], index: int, sizes: set[str]) -> ast.For | None:
+    """torch_npu's index codegen's loop over a reduction, ``loops = (NUMEL + STEP - 1) // STEP`` then
+    ``for i in range(loops):`` reading ``i`` only as ``(i * STEP)``, as the loop Inductor writes: ``for offset in
+    range(0, NUMEL, STEP)`` with ``offset`` for ``i * STEP`` (the same iterations, the same offsets); else None."""
+    loop = statements[index]
+    if not (isinstance(loop, ast.For) and isinstance(loop.target, ast.Name) and isinstance(loop.iter, ast.Call)
+            and _call_name(loop.iter) == (None, "range") and len(loop.iter.args) == 1
+            and isinstance(loop.iter.args[0], ast.Name)):
+        return None
+    count, counter = loop.iter.args[0].id, loop.target.id
+    made = [s for s in statements[:index] if _target(s) == count or count in _assigned([s])]
+    value = _value(made[-1]) if made and _target(made[-1]) == count else None
+    step = value.right if isinstance(value, ast.BinOp) and isinstance(value.op, ast.FloorDiv) else None
+    if not (isinstance(step, ast.Name) and step.id in sizes):
+        return None
+    ceiling = value.left if isinstance(value, ast.BinOp) else None  # (NUMEL + STEP - 1)
+    if not (isinstance(ceiling, ast.BinOp) and isinstance(ceiling.op, ast.Sub) and isinstance(ceiling.right, ast.Constant)
+            and ceiling.right.value == 1 and isinstance(ceiling.left, ast.BinOp) and isinstance(ceiling.left.op, ast.Add)
+            and isinstance(ceiling.left.right, ast.Name) and ceiling.left.right.id == step.id):
+        return None
+    offset, size = f"{counter}__offset", step.id
+
+    class _Offsets(ast.NodeTransformer):
+        def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+            names = [n.id for n in (node.left, node.right) if isinstance(n, ast.Name)]
+            if isinstance(node.op, ast.Mult) and sorted(names) == sorted([counter, size]):
+                return ast.copy_location(ast.Name(offset, ast.Load()), node)
+            return self.generic_visit(node)
+
+    body = [_Offsets().visit(copy.deepcopy(statement)) for statement in loop.body]
+    if counter in _reads(ast.Module(body=body, type_ignores=[])):
+        return None  # the counter read other than as i * STEP
+    numel = copy.deepcopy(ceiling.left.left)
+    iterator = ast.Call(ast.Name("range", ast.Load()), [ast.Constant(0), numel, ast.Name(size, ast.Load())], [])
+    canonical = ast.For(ast.Name(offset, ast.Store()), iterator, body, [], None)
+    return ast.fix_missing_locations(ast.copy_location(canonical, loop))
+
+
 def fold_loops(function: ast.FunctionDef) -> list[str]:
     """Rewrite, in place, each top-level loop of a kernel that may run its iterations together; per loop, what
-    was decided (``over r0_offset: iterations together`` or why not)."""
+    was decided (``over r0_offset: iterations together`` or why not). A block size is a parameter, or a
+    ``tl.constexpr`` the kernel sets to a number at its top level (torch_npu's ``R1BLOCK_SUB: tl.constexpr = 64``)."""
     statements = list(function.body)
-    parameters = {a.arg for a in function.args.args + function.args.kwonlyargs}
+    parameters = {a.arg for a in function.args.args + function.args.kwonlyargs} | {
+        _target(s) or "" for s in statements if isinstance(s, ast.AnnAssign) and isinstance(s.value, ast.Constant)
+        and isinstance(s.value.value, int) and "constexpr" in ast.unparse(s.annotation)}
     said, body = [], []
     for index, statement in enumerate(statements):
         if not isinstance(statement, ast.For):
             body.append(statement)
             continue
-        replacement, reason = plan_loop(statements, index, parameters)
+        canonical = _over_chunks(statements, index, parameters)
+        if canonical is not None:
+            replacement, reason = plan_loop(statements[:index] + [canonical] + statements[index + 1:], index,
+                                            parameters)
+        else:
+            replacement, reason = plan_loop(statements, index, parameters)
         target = statement.target.id if isinstance(statement.target, ast.Name) else "?"
         said.append(f"loop over {target}: {reason}")
         body += replacement if replacement is not None else [statement]

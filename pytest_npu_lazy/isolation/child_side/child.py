@@ -33,6 +33,7 @@ from .. import messages
 from ..preload import import_preload
 from ..target import Target, TargetError
 from .find import collect_target, identify, not_collected, resolve_exactly
+from .headroom import with_headroom
 from .inherit import adopt_basetemp, private_capture, reset_signals, save_coverage
 from .outputs import ChildOutputs
 
@@ -270,9 +271,11 @@ class TestRun:
                 "deselected it there, or the test module defines tests differently on each import.")
             self.not_run(text, error=True)
             return
+        item = self.item
         self.relay.outputs.sending = True
         try:
-            self.item.ihook.pytest_runtest_protocol(item=self.item, nextitem=None)
+            # with headroom on the frame stack: a hot loop on one of its chunk boundaries runs many times slower
+            with_headroom(lambda: item.ihook.pytest_runtest_protocol(item=item, nextitem=None))
         finally:
             self.relay.outputs.sending = False
 
