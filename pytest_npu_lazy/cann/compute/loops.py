@@ -16,7 +16,9 @@ included, as the original ``tl.where`` kept it. Bit for bit what the loop comput
 kernel's source before it is allowed (:func:`plan_loop`):
 
 - the loop is ``for OFFSET in tl.range(0, NUMEL, STEP)`` (or ``range``) at the kernel's top level,
-  ``STEP`` a parameter; its body only assigns names and loads (no stores, branches, nested loops,
+  ``STEP`` a parameter or a ``tl.constexpr`` set to a number (torch_npu's index codegen writes the same loop as
+  ``for i in range((NUMEL + STEP - 1) // STEP)`` reading ``i * STEP``, and reshapes to one axis: read as this
+  loop, :func:`_over_chunks`); its body only assigns names and loads (no stores, branches, nested loops,
   reductions, scans, atomics, or calls this check cannot read: :mod:`.batching`'s rules);
 - every value carried from one iteration to the next is an accumulator updated as Inductor writes a
   sum, ``tmp = acc + value`` then ``acc = tl.where(mask, tmp, acc)`` (or ``acc = tmp``), and read
