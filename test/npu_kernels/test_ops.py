@@ -188,15 +188,23 @@ def _torch():
     return torch
 
 
+#: shapes beside the op tests' own (whose 32-element rows fit one tile): a reduction long enough for the index
+#: codegen's loop over it, after which a Welford epilogue (layer_norm's normalisation) must load its values again;
+#: and a layer_norm over a transposed input, whose reduction runs along the strided axis
+WELFORD_SHAPES = {"rows": SHAPE_OF["float32"], "long_rows": (4, 6000), "transposed": (48, 640)}
+
+
+@pytest.mark.parametrize("shape", list(WELFORD_SHAPES))
 @pytest.mark.parametrize("name", list(WELFORD))
-def test_welford_reductions_behind_torch_npus_switch(name, monkeypatch):
+def test_welford_reductions_behind_torch_npus_switch(name, shape, monkeypatch):
     """TORCHINDUCTOR_ENABLE_WELFORD=1 selects torch_npu's vectorised Welford reductions (its lowering and codegen);
     read when torch_npu._inductor's config first loads, which is the first compiled call here."""
     import sys
 
     assert "torch_npu._inductor.config" not in sys.modules, "the switch must be set before torch_npu reads it"
     monkeypatch.setenv("TORCHINDUCTOR_ENABLE_WELFORD", "1")
-    _compare(f"welford:{name}", "float32", WELFORD[name], generate_tensor(SHAPE_OF["float32"], "float32"))
+    x = generate_tensor(WELFORD_SHAPES[shape], "float32")
+    _compare(f"welford:{name}", "float32", WELFORD[name], x.t() if shape == "transposed" else x)
     from torch_npu._inductor import config as npu_config
 
     assert npu_config.enable_welford, "the Welford switch did not reach torch_npu's config"
