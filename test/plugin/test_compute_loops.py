@@ -210,3 +210,48 @@ def test_a_value_of_the_chunks_size_reduced_before_the_loop_is_read_as_it_was():
     assert said == ["loop over r0_offset: iterations together"]
     text = ast.unparse(function)
     assert "n__wide" not in text and "tmp1 = tl.broadcast_to(tmp0 / n, [XBLOCK, R0_BLOCK__wide])" in text
+
+
+#: torch_npu's index codegen's kernel of the same sum (test_sum.py's dynamic case), as written
+INDEX_LOOPED = '''
+def triton_red_fused_sum_0(in_ptr0, out_ptr0, r0_numel, R0BLOCK_SUB : tl.constexpr):
+    base_r0= tl.arange(0, R0BLOCK_SUB)
+    loops_r0 = (r0_numel + R0BLOCK_SUB - 1) // R0BLOCK_SUB
+    _tmp2 = tl.full([R0BLOCK_SUB], 0, tl.float32)
+    for loop_r0 in range(loops_r0):
+        r0 = (loop_r0 * R0BLOCK_SUB) + base_r0
+        r0_mask = r0 < r0_numel
+        tmp0 = tl.load(in_ptr0 + (r0), r0_mask, other=0.0)
+        tmp1 = tl.reshape(tmp0, [R0BLOCK_SUB])
+        tmp3 = _tmp2 + tmp1
+        _tmp2 = tl.where((r0_mask).reshape([R0BLOCK_SUB]), tmp3, _tmp2)
+    tmp2 = triton_helpers.promote_to_tensor(tl.sum(_tmp2, 0))
+    tl.store(out_ptr0 + (tl.arange(0,1) ), tmp2, None)
+'''
+
+
+def test_the_index_codegens_loop_over_chunks_is_read_as_inductors_and_folds():
+    said, function = _decide(INDEX_LOOPED)
+    assert said == ["loop over loop_r0: iterations together"]
+    text = ast.unparse(function)
+    assert "for loop_r0__offset in range(0, r0_numel, R0BLOCK_SUB__wide):" in text
+    assert "r0 = loop_r0__offset + base_r0__wide" in text
+    assert "tmp1 = tl.reshape(tmp0, [R0BLOCK_SUB__wide])" in text
+    assert f"_tmp2 = {FOLD}(_tmp2, tmp1, r0_mask.reshape([R0BLOCK_SUB__wide]), R0BLOCK_SUB, R0BLOCK_SUB__wide)" in text
+    compile(ast.fix_missing_locations(ast.Module([function], [])), "kernel", "exec")
+
+
+@pytest.mark.parametrize("change,reason", [
+    # the counter read beside i * STEP: not only an offset
+    (("tmp3 = _tmp2 + tmp1", "tmp3 = _tmp2 + tmp1 * loop_r0"), "not a loop tl.range(0, numel, BLOCK)"),
+    # the count made of a size assigned again before the loop: range(0, NUMEL, STEP) would count other iterations
+    (("    _tmp2 = tl.full", "    r0_numel = r0_numel * 2\n    _tmp2 = tl.full"), "not a loop tl.range(0, numel, BLOCK)"),
+    # a reshape to two axes moves elements between the chunk's lanes
+    (("tl.reshape(tmp0, [R0BLOCK_SUB])", "tl.reshape(tmp0, [1, R0BLOCK_SUB])"), "reshape inside the loop"),
+    # a count that is not the ceiling of NUMEL / STEP
+    (("(r0_numel + R0BLOCK_SUB - 1) // R0BLOCK_SUB", "(r0_numel + R0BLOCK_SUB) // R0BLOCK_SUB"),
+     "not a loop tl.range(0, numel, BLOCK)"),
+])
+def test_an_index_codegen_loop_that_is_not_inductors_keeps_its_iterations(change, reason):
+    said, _ = _decide(INDEX_LOOPED.replace(*change))
+    assert len(said) == 1 and reason in said[0] and "together" not in said[0], said

@@ -404,6 +404,9 @@ def _over_chunks(statements: list[ast.stmt], index: int, sizes: set[str]) -> ast
             and isinstance(ceiling.left.right, ast.Name) and ceiling.left.right.id == step.id):
         return None
     offset, size = f"{counter}__offset", step.id
+    between = _assigned(statements[statements.index(made[-1]) + 1:index])
+    if between & ({size} | set(_reads(ceiling.left.left))):
+        return None  # the count was made of values assigned again before the loop
 
     class _Offsets(ast.NodeTransformer):
         def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
