@@ -328,3 +328,30 @@ def test_the_kernels_that_run_are_torch_npus_index_codegens_as_on_a_device(case,
 
     launches = [entry for entry in LEDGER.since(COMPILED_FROM[0]) if entry.by == TRITON_INTERPRETER]
     assert launches and all(INDEX_CODEGEN in entry.detail for entry in launches), [e.detail for e in launches]
+
+
+def test_a_grouped_kernel_of_the_index_codegen_launches_as_a_device_would(monkeypatch):
+    """With torch_npu's symbolic-shape group autotune on, a dynamic kernel of its index codegen gets
+    ``NPUSymbolicGroupedAutotuner``, which on a device compiles every candidate and launches the best of the group
+    the runtime sizes fall in; it has no interpreter branch of its own. Under compute mode the group is resolved as a
+    device resolves it and its first candidate launches (cann/compute/index_codegen.py). Sizes across groups, each
+    equal to eager (torch_npu's own test_sum.py::test_sum_1d_dynamic_shape_group_autotune does the same)."""
+    torch = _t()
+    from torch_npu._inductor import config as npu_config
+    from torch_npu._inductor.runtime import triton_heuristics
+
+    monkeypatch.setattr(npu_config, "enable_symbolic_shape_group_autotune", True)
+    launched: list[str] = []
+    run = triton_heuristics.NPUSymbolicGroupedAutotuner.run
+
+    def counted(self, *args, **kwargs):
+        launched.append(type(self).__name__)
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(triton_heuristics.NPUSymbolicGroupedAutotuner, "run", counted)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: t.sum(), backend="inductor", dynamic=True)
+    for size in (8, 1025, 50_000):
+        x = torch.randn(size).npu()
+        assert_equal_to_eager(compiled(x), x.sum())
+    assert launched, "no kernel of the grouped autotuner launched: the case does not test the bridge"

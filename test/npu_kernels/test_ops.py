@@ -69,14 +69,16 @@ def test_reduction(name, dtype):
     _compare(f"reduction:{name}", dtype, REDUCTIONS[name], generate_tensor(SHAPE_OF[dtype], dtype))
 
 
+@pytest.mark.parametrize("layout", ["rows", "columns"])
 @pytest.mark.parametrize("name", ["amax", "amin", "argmax", "argmin", "max_dim", "min_dim"])
-def test_reduction_with_nan_and_ties(name):
-    """Inductor's rules where NumPy's fast path stands in for the interpreter: NaN wins, ties go to the lowest index."""
+def test_reduction_with_nan_and_ties(name, layout):
+    """Inductor's rules where NumPy's fast path stands in for the interpreter: NaN wins, ties go to the lowest index.
+    Each layout is a test of its own: a known difference ends its test (a strict xfail) at the first comparison."""
     import torch
 
     x = torch.tensor([[1., 3., 3., 0.], [float("nan"), 2., float("nan"), 2.], [5., 5., 5., 5.]]).repeat(8, 4)
+    x = x if layout == "rows" else x.t().contiguous()
     _compare(f"nan_and_ties:{name}", "float32", REDUCTIONS[name], x.npu(), equal_nan=True)
-    _compare(f"nan_and_ties:{name}", "float32", REDUCTIONS[name], x.t().contiguous().npu(), equal_nan=True)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int64"])

@@ -251,7 +251,24 @@ def test_the_index_codegens_loop_over_chunks_is_read_as_inductors_and_folds():
     # a count that is not the ceiling of NUMEL / STEP
     (("(r0_numel + R0BLOCK_SUB - 1) // R0BLOCK_SUB", "(r0_numel + R0BLOCK_SUB) // R0BLOCK_SUB"),
      "not a loop tl.range(0, numel, BLOCK)"),
+    # the counter assigned in the loop: each iteration would read another chunk than it did
+    (("        r0 = (loop_r0", "        loop_r0 = 0\n        r0 = (loop_r0"), "not a loop tl.range(0, numel, BLOCK)"),
+    # the counter read after the loop: the form read would not define it
+    (("    tmp2 = triton_helpers", "    last = loop_r0\n    tmp2 = triton_helpers"), "not a loop tl.range(0, numel, BLOCK)"),
 ])
 def test_an_index_codegen_loop_that_is_not_inductors_keeps_its_iterations(change, reason):
     said, _ = _decide(INDEX_LOOPED.replace(*change))
     assert len(said) == 1 and reason in said[0] and "together" not in said[0], said
+
+
+def test_a_block_size_the_kernel_sets_itself_keeps_a_value_of_its_shape_out_of_the_loop():
+    """``R0BLOCK_SUB: tl.constexpr = 8`` is a block size as a parameter is: a value made before the loop with the
+    chunk's shape and read in it refuses the fold either way (it could not be made wide)."""
+    as_parameter = INDEX_LOOPED.replace("    _tmp2 = tl.full", "    w = tl.full([R0BLOCK_SUB], 2.0, tl.float32)\n"
+                                        "    _tmp2 = tl.full").replace("tmp1 = tl.reshape(tmp0,", "tmp1 = w * tl.reshape(tmp0,")
+    as_constexpr = as_parameter.replace(", R0BLOCK_SUB : tl.constexpr):", "):\n    R0BLOCK_SUB: tl.constexpr = 8")
+    for source in (as_parameter, as_constexpr):
+        said, _ = _decide(source)
+        assert said == ["loop over loop_r0: w, made before the loop, has the chunk's shape"], said
+    said, _ = _decide(INDEX_LOOPED.replace(", R0BLOCK_SUB : tl.constexpr):", "):\n    R0BLOCK_SUB: tl.constexpr = 8"))
+    assert said == ["loop over loop_r0: iterations together"], said

@@ -88,6 +88,16 @@ def _call_name(node: ast.Call) -> tuple[str | None, str]:
     return "<expr>", ""
 
 
+def _one_axis_reshape(call: ast.Call) -> ast.expr | None:
+    """The shape of ``tl.reshape(x, [N])`` or ``x.reshape([N])``, a reshape to one axis (torch_npu's index codegen
+    writes them around its loads and masks), else None."""
+    owner, name = _call_name(call)
+    position = 1 if owner == "tl" else 0
+    shape = call.args[position] if name == "reshape" and len(call.args) == position + 1 and not call.keywords \
+        else None
+    return shape if isinstance(shape, (ast.List, ast.Tuple)) and len(shape.elts) == 1 else None
+
+
 def _axis(node: ast.Call, position: int) -> int | None:
     """The constant axis a reduction or scan names (at ``position``, or ``axis=``/``dim=``), else None."""
     value = node.args[position] if len(node.args) > position else next(

@@ -6,7 +6,7 @@ raises, ``NPUCombinedScheduling.codegen_node`` writes the kernel again with its 
 ``TRITON_INTERPRET=1`` the kernel is Triton's ``InterpretedFunction``, which has nothing a compiler reads, so the
 check always raised and compute mode only ever ran the fallback's kernels: not the ones a device runs.
 
-Two bridges make it the device's choice again:
+Three bridges make it the device's choice again:
 
 - **The check compiles.** Triton's frontend (``ast_to_ttir``) runs on the *compiler's view* of the kernel: a
   ``JITFunction`` over the same Python function, whose globals see every interpreted jit helper as a
@@ -28,8 +28,7 @@ Two bridges make it the device's choice again:
   to choose by), materialises its runtime blocks as a device does (``_materialize_runtime_blocks``), and
   launches through the interpreter branch.
 
-Each check's outcome is kept (:data:`CHECKS`), and each launch of torch_npu's says in the ledger which of its
-codegens wrote the kernel (:func:`written_by`, from the kernel's own ``inductor_meta``, so a cached kernel says it too).
+Each launch of torch_npu's says in the ledger which of its codegens wrote the kernel (:func:`written_by`, from the kernel's own ``inductor_meta``, so a cached kernel says it too).
 """
 
 from __future__ import annotations
@@ -37,29 +36,11 @@ from __future__ import annotations
 import contextlib
 import types
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from .ledger import LEDGER, TRITON_INTERPRETER
 
 #: The language objects the interpreter patches at its first launch (``_patch_lang``): their pristine members.
 _PRISTINE: list[tuple[object, dict[str, object]]] = []
-
-
-@dataclass(frozen=True)
-class Check:
-    """One TTIR check of the index codegen: the kernel it checked and how it ended (``compiled``, or the error)."""
-
-    kernel: str
-    outcome: str
-
-    @property
-    def compiled(self) -> bool:
-        return self.outcome == COMPILED
-
-
-COMPILED = "compiled"
-#: every check of this process, in order (a forked child inherits its parent's and reads from its own index)
-CHECKS: list[Check] = []
 
 
 def remember_language(_loaded: str = "triton") -> None:
@@ -168,23 +149,19 @@ def install(_loaded: str = "torch_npu._inductor.runtime.triton_heuristics") -> N
     def _triton_make_ttir(self):
         import triton._C.libtriton as libtriton
 
-        kernel, interpreted = self.inductor_meta.get("kernel_name", "triton_"), self.fn
+        interpreted = self.fn
         ascend = getattr(libtriton, "ascend", None)
         dialect_missing = ascend is not None and not hasattr(ascend, "ir")
         if dialect_missing:  # triton-ascend 3.2.0: Triton's own dialects only (the docstring says what that costs)
             ascend.ir = types.SimpleNamespace(load_dialects=lambda context: None)
-        self.fn = compiler_view(interpreted)
         try:
+            self.fn = compiler_view(interpreted)
             with compiler_language():
                 make_ttir(self)
-        except Exception as error:
-            CHECKS.append(Check(kernel, f"{type(error).__name__}: {error}"))
-            raise
         finally:
             self.fn = interpreted
             if dialect_missing:
                 del ascend.ir
-        CHECKS.append(Check(kernel, COMPILED))
 
     def run_with_runtime_blocks(self, *args, **kwargs):
         if self.triton_interpret and self.runtime_block_arg_names and not self.best_runtime_blocks:

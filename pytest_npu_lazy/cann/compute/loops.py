@@ -1,10 +1,9 @@
 """A reduction loop's iterations run together where that provably changes no value: the same sums, in the same order.
 
 Inductor writes a reduction too long for one block as a loop over chunks of ``R0_BLOCK`` elements
-(``for r0_offset in tl.range(0, r0_numel, R0_BLOCK)``) that folds each chunk into an accumulator of
-``[XBLOCK, R0_BLOCK]`` lanes, and reduces the lanes after the loop. The interpreter runs each iteration
-as Python over NumPy arrays of one chunk: torch_npu's ``test_sum.py`` sums 999,983 elements with a kernel
-compiled for 8, 125,000 iterations of about a hundred microseconds each.
+(``for r0_offset in tl.range(0, r0_numel, R0_BLOCK)``) folding each chunk into ``[XBLOCK, R0_BLOCK]`` lanes,
+reduced after the loop. The interpreter runs each iteration as Python over one chunk: torch_npu's
+``test_sum.py`` sums 999,983 elements with a kernel compiled for 8, in 125,000 iterations of ~100 us.
 
 Lane ``j`` of the accumulator folds elements ``j, j + R0_BLOCK, j + 2 * R0_BLOCK, ...`` one after
 another. Here ``L`` iterations run as one: the loop's body computes a chunk ``L`` times as wide (its
@@ -30,7 +29,7 @@ kernel's source before it is allowed (:func:`plan_loop`):
 At run time ``L`` is the largest divisor of the iteration count that keeps the wide chunk within
 :data:`.batching.MAX_BLOCK_ELEMENTS` (so the wide loop covers exactly the original iterations, no more);
 where that is 1, or an accumulator's last axis is not ``STEP``, the original loop runs, kept verbatim
-beside the wide one. Float32/float64/int32/int64 accumulators fold with NumPy; any other type folds
+beside the wide one (for the index codegen's loop, the form it was read as: the same iterations and offsets). Float32/float64/int32/int64 accumulators fold with NumPy; any other type folds
 slice by slice with the interpreter's own operations (exact, slower). Anything else about the kernel runs
 as written. The ledger's detail of each launch says how its loops ran. ``PYTEST_NPU_LAZY_LOOPS_ONE_BY_ONE=1``
 runs every loop iteration by iteration (the benchmark compares).
@@ -44,7 +43,7 @@ import math
 import os
 
 from .batching import (_BUILTINS, _HELPER_MODULES, _HELPER_REDUCTIONS, _MOVES_VALUES, _ORDERED, _ROW_METHODS,
-                       _TL_REDUCTIONS, MAX_BLOCK_ELEMENTS, _axis, _call_name)
+                       _TL_REDUCTIONS, MAX_BLOCK_ELEMENTS, _axis, _call_name, _one_axis_reshape)
 
 #: run every reduction loop iteration by iteration (``1``): the interpreter's own schedule, for comparison
 ONE_BY_ONE_ENV = "PYTEST_NPU_LAZY_LOOPS_ONE_BY_ONE"
@@ -130,16 +129,6 @@ def _as_size(call: ast.Call, argument: ast.AST, leaf: ast.AST) -> bool:
         return last is leaf and shape and name in _SIZED
     # broadcast_to(x, A, B): sizes as separate arguments, the last of them
     return name == "broadcast_to" and position is not None and position == len(call.args) - 1 and position >= 1
-
-
-def _one_axis_reshape(call: ast.Call) -> ast.expr | None:
-    """The shape of ``tl.reshape(x, [N])`` or ``x.reshape([N])``, a reshape to one axis (torch_npu's index codegen
-    writes them around its loads and masks), else None."""
-    owner, name = _call_name(call)
-    position = 1 if owner == "tl" else 0
-    shape = call.args[position] if name == "reshape" and len(call.args) == position + 1 and not call.keywords \
-        else None
-    return shape if isinstance(shape, (ast.List, ast.Tuple)) and len(shape.elts) == 1 else None
 
 
 def _sizes_only(node: ast.AST, names: set[str]) -> bool:
@@ -250,6 +239,8 @@ def _lanes(before: list[ast.stmt], step: str, wide: str, folds: Folds) -> tuple[
     remade: list[ast.stmt] = []
     for statement in before:
         name = _target(statement)
+        if name == step:  # the block size a kernel sets itself (R0BLOCK_SUB: tl.constexpr = 8) keeps its mark
+            continue
         for reassigned in _assigned([statement]) - {step}:  # made again: what it was no longer holds
             dropped = renames.pop(reassigned, None)
             if dropped is not None and dropped != wide:
@@ -393,20 +384,17 @@ def _over_chunks(statements: list[ast.stmt], index: int, sizes: set[str]) -> ast
             and isinstance(loop.iter.args[0], ast.Name)):
         return None
     count, counter = loop.iter.args[0].id, loop.target.id
-    made = [s for s in statements[:index] if _target(s) == count or count in _assigned([s])]
-    value = _value(made[-1]) if made and _target(made[-1]) == count else None
-    step = value.right if isinstance(value, ast.BinOp) and isinstance(value.op, ast.FloorDiv) else None
-    if not (isinstance(step, ast.Name) and step.id in sizes):
+    made = [i for i, statement in enumerate(statements[:index]) if count in _assigned([statement])]
+    value = _value(statements[made[-1]]) if made and _target(statements[made[-1]]) == count else None
+    numel = getattr(getattr(getattr(value, "left", None), "left", None), "left", None)  # (NUMEL + STEP - 1) // STEP
+    size: str = getattr(getattr(value, "right", None), "id", "")
+    if value is None or numel is None or size not in sizes \
+            or ast.unparse(value) != f"({ast.unparse(numel)} + {size} - 1) // {size}":
         return None
-    ceiling = value.left if isinstance(value, ast.BinOp) else None  # (NUMEL + STEP - 1)
-    if not (isinstance(ceiling, ast.BinOp) and isinstance(ceiling.op, ast.Sub) and isinstance(ceiling.right, ast.Constant)
-            and ceiling.right.value == 1 and isinstance(ceiling.left, ast.BinOp) and isinstance(ceiling.left.op, ast.Add)
-            and isinstance(ceiling.left.right, ast.Name) and ceiling.left.right.id == step.id):
-        return None
-    offset, size = f"{counter}__offset", step.id
-    between = _assigned(statements[statements.index(made[-1]) + 1:index])
-    if between & ({size} | set(_reads(ceiling.left.left))):
-        return None  # the count was made of values assigned again before the loop
+    if counter in _assigned(loop.body) or _read_after(statements[index + 1:], {counter}) \
+            or _assigned(statements[made[-1] + 1:index]) & ({size} | set(_reads(numel))):
+        return None  # the counter is more than the chunk's number, or the count's sizes change before the loop
+    offset = f"{counter}__offset"
 
     class _Offsets(ast.NodeTransformer):
         def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
@@ -418,16 +406,15 @@ def _over_chunks(statements: list[ast.stmt], index: int, sizes: set[str]) -> ast
     body = [_Offsets().visit(copy.deepcopy(statement)) for statement in loop.body]
     if counter in _reads(ast.Module(body=body, type_ignores=[])):
         return None  # the counter read other than as i * STEP
-    numel = copy.deepcopy(ceiling.left.left)
-    iterator = ast.Call(ast.Name("range", ast.Load()), [ast.Constant(0), numel, ast.Name(size, ast.Load())], [])
+    iterator = ast.parse(f"range(0, {ast.unparse(numel)}, {size})", mode="eval").body
     canonical = ast.For(ast.Name(offset, ast.Store()), iterator, body, [], None)
     return ast.fix_missing_locations(ast.copy_location(canonical, loop))
 
 
 def fold_loops(function: ast.FunctionDef) -> list[str]:
     """Rewrite, in place, each top-level loop of a kernel that may run its iterations together; per loop, what
-    was decided (``over r0_offset: iterations together`` or why not). A block size is a parameter, or a
-    ``tl.constexpr`` the kernel sets to a number at its top level (torch_npu's ``R1BLOCK_SUB: tl.constexpr = 64``)."""
+    was decided (``over r0_offset: iterations together`` or why not). A block size is a parameter or a top-level
+    ``tl.constexpr`` set to a number (torch_npu's ``R1BLOCK_SUB: tl.constexpr = 64``)."""
     statements = list(function.body)
     parameters = {a.arg for a in function.args.args + function.args.kwonlyargs} | {
         _target(s) or "" for s in statements if isinstance(s, ast.AnnAssign) and isinstance(s.value, ast.Constant)
