@@ -17,7 +17,8 @@ from __future__ import annotations
 import pytest
 from testutils import MARKS, assert_equal_to_eager, generate_tensor
 
-pytestmark = MARKS
+pytestmark = [*MARKS, pytest.mark.filterwarnings(  # the caches are off: their keys omit the switch
+    "ignore:dynamo_pgo force disabled by torch.compiler.config.force_disable_caches")]
 
 VECTORISED = "'vectorized_welford_axis':"
 
