@@ -102,3 +102,59 @@ def test_a_tensor_does_not_compile_into_complex():
     with pytest.raises(Exception, match="'complex' object has no attribute 'is_integer'"):
         torch.compile(lambda t: t.to(torch.complex64), backend="inductor")(x)
     assert_equal_to_eager(x.to(torch.complex64).real, x)  # eager converts it
+
+
+#: pow's cases by the formula torch_npu's lowering writes into the kernel: (function, what its kernel must call,
+#: what it must not): an integral float exponent multiplied out, 0.5 as a square root, |b| = 32 (the edge of the
+#: exponents it multiplies out) as a call of pow, a base of 2 as exp2
+POW_FORMULAS = {
+    "integral_float": (lambda x: x ** 3.0, None, "pow("),
+    "half": (lambda x: x ** 0.5, "sqrt", "pow("),
+    "thirty_two": (lambda x: x ** 32, "pow(", None),
+    "minus_thirty_two": (lambda x: x ** -32, "pow(", None),
+    "base_two": (lambda x: 2 ** x, "exp2(", "pow("),
+}
+
+
+@pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled by torch.compiler.config.force_disable_caches")
+@pytest.mark.parametrize("case", list(POW_FORMULAS))
+def test_pow_writes_the_formula_its_lowering_chooses(case, monkeypatch):
+    """Where two formulas give values within a rounding of each other (x ** 3.0 multiplied out or by pow; sqrt or
+    pow(x, 0.5); exp2 or pow(2, x)), a value test cannot tell which one torch_npu's lowering chose, and a device's
+    libdevice need not round as eager does. The kernel's text can: it must call what the lowering writes for that
+    exponent, the values compared with eager's as the op tests compare them."""
+    import torch
+    from torch._inductor.utils import run_and_get_code
+
+    fn, called, not_called = POW_FORMULAS[case]
+    x = generate_tensor((64, 32), "float32", positive=True) * 0.9
+    monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)
+    torch._dynamo.reset()
+    compiled, codes = run_and_get_code(torch.compile(fn, backend="inductor"), x)
+    assert_equal_to_eager(compiled, fn(x))
+    kernels = "\n".join(line for code in codes for line in code.splitlines() if " = " in line and "tmp" in line)
+    if called:
+        assert called in kernels, f"{case}: the kernel does not call {called!r}:\n{kernels}"
+    if not_called:
+        assert not_called not in kernels, f"{case}: the kernel calls {not_called!r}:\n{kernels}"
+    assert "tmp" in kernels, f"{case}: no Triton kernel computed it"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_low_precision_mean_rounds_once(dtype):
+    """torch_npu's mean lowering sums a float16 or bfloat16 input in float32 and divides before rounding to the
+    input's dtype: the result is eager's bit for bit over a length that is no power of two (a division that is not
+    exact)."""
+    compile_and_compare(lambda t: t.mean(-1), generate_tensor((256, 33), dtype), rtol=0, atol=0)
+
+
+def test_a_float64_mean_is_refused_by_triton_ascend():
+    """torch_npu's mean lowering keeps a float64 input in float64 (it upcasts only float16 and bfloat16), and
+    triton-ascend refuses a float64 value in a kernel ("fp64 is unsupported on Ascend"): the compiled call fails
+    there, on a device as here. A mean that computed it in float32 instead would compile, and fail this test."""
+    import torch
+
+    x = generate_tensor((16, 33), "float64")
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=r"fp64\] is unsupported on Ascend"):
+        torch.compile(lambda t: t.mean(-1), backend="inductor")(x)

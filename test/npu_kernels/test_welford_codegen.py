@@ -67,14 +67,23 @@ def _layer_norm_inputs():
             generate_tensor((64,), "float32"))
 
 
-def test_the_switch_vectorises_a_static_welford_reduction(monkeypatch, tmp_path):
+def _produced_layer_norm(x, weight, bias):
+    """The permuted layer_norm of a pointwise chain: the chain is the reduction's producer, and the normalisation
+    after the reduction reads it again."""
+    return _permuted_layer_norm(x.sin() * 3 + 1, weight, bias)
+
+
+@pytest.mark.parametrize("fn", [_permuted_layer_norm, _produced_layer_norm], ids=["layer_norm", "produced"])
+def test_the_switch_vectorises_a_static_welford_reduction(fn, monkeypatch, tmp_path):
     """torch_npu's test_welford_simd_codegen's reading of the kernel: the split axis x1 vectorised (its own loop and
     sub-block), a float32 accumulator of one column per row, the reduction over axis 1 kept, a SIMD kernel whose
     ``inductor_meta`` names the vectorised axis, no loop over the reduction, no count accumulator, and the input
-    loaded once (the epilogue reuses it: a full static reduction); the normalisation after the reduction. Here
-    also: the index codegen wrote every kernel, and the values are eager's."""
-    actual, eager, code, fallbacks = _compile(_permuted_layer_norm, *_layer_norm_inputs(), welford=True,
-                                              monkeypatch=monkeypatch, options={"aggressive_fusion": True})
+    loaded once; the normalisation after the reduction. Beyond it: the epilogue's own loads (weight, bias) are
+    written after the reduction (its buffers of their own), the producer chain before it is computed once (a full
+    static reduction reuses it: ``enable_welford_post_reduction_reuse``), the index codegen wrote every kernel, and
+    the values are eager's."""
+    actual, eager, code, fallbacks = _compile(fn, *_layer_norm_inputs(), welford=True, monkeypatch=monkeypatch,
+                                              options={"aggressive_fusion": True})
     (tmp_path / "code.py").write_text(code)
     assert not fallbacks, f"the index codegen raised for {fallbacks}: torch_npu wrote them with its no-linear codegen"
     assert_equal_to_eager(actual, eager)
@@ -84,8 +93,12 @@ def test_the_switch_vectorises_a_static_welford_reduction(monkeypatch, tmp_path)
     for absent in ("for loop_r", "_acc_count = tl.zeros", "_acc_count += tl.where"):
         assert absent not in code, f"{absent!r} is in the Welford kernel"
     assert code.count("tl.load(in_ptr0") == 1, "the epilogue loads the input again instead of reusing it"
+    reduction = code.index("axis=1, keep_dims=True")
     rsqrt = min(code.index(marker) for marker in (" = tl.rsqrt(", " = libdevice.rsqrt(") if marker in code)
-    assert code.index("axis=1, keep_dims=True") < rsqrt, "the normalisation is not after the reduction"
+    assert reduction < rsqrt, "the normalisation is not after the reduction"
+    assert reduction < code.index("tl.load(in_ptr1"), "the epilogue's weight is loaded before the reduction"
+    if fn is _produced_layer_norm:
+        assert code.count("tl_math.sin(") == 1, "the epilogue computes the producer chain again"
 
 
 def _var_mean(x):
