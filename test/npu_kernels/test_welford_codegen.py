@@ -116,6 +116,9 @@ UNVECTORISED = {
     "switch_off": (_permuted_layer_norm, _layer_norm_inputs, False, False, None),  # torch_npu's ..._disabled
     "dynamic_length": (_var_mean, lambda: (generate_tensor((16, 48), "float32"),), True, True, LOOP_PATH_REFUSAL),
     "looped": (_var_mean, lambda: (generate_tensor((4, 6000), "float32"),), True, False, LOOP_PATH_REFUSAL),
+    # not a Welford reduction: a persistent sum and a softmax under the switch
+    "sum": (lambda t: t.sum(-1), lambda: (generate_tensor((32, 64), "float32"),), True, False, None),
+    "softmax": (lambda t: t.softmax(-1), lambda: (generate_tensor((32, 64), "float32"),), True, False, None),
 }
 
 
@@ -124,7 +127,8 @@ def test_where_the_switch_does_not_vectorise(case, monkeypatch):
     """With the switch off (torch_npu's test_welford_simd_codegen_disabled) the index codegen writes the layer_norm
     without a vectorised axis. With it on, a Welford reduction it does not vectorise (its length known only at run
     time; too long for one tile, so not persistent) takes the index codegen's loop path, which refuses it on purpose,
-    and the no-linear codegen writes it: exactly that refusal, nothing else raised. The values eager's."""
+    and the no-linear codegen writes it: exactly that refusal, nothing else raised. A reduction that is not Welford's
+    (a sum, a softmax) is the index codegen's as ever, unvectorised, with the switch on. The values eager's."""
     fn, inputs, welford, dynamic, refusal = UNVECTORISED[case]
     actual, eager, code, fallbacks = _compile(fn, *inputs(), welford=welford, monkeypatch=monkeypatch,
                                               dynamic=dynamic)
