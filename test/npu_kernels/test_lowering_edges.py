@@ -158,3 +158,18 @@ def test_a_float64_mean_is_refused_by_triton_ascend():
     torch._dynamo.reset()
     with pytest.raises(Exception, match=r"fp64\] is unsupported on Ascend"):
         torch.compile(lambda t: t.mean(-1), backend="inductor")(x)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8"])
+def test_an_int8_cat_on_the_host(dtype):
+    """torch_npu's cat lowering is registered for every device: a cat of int8 or uint8 tensors on the host (CPU)
+    takes Inductor's own cat lowering, which hands it to ATen's cat. Compiled on the CPU with torch_npu loaded, its
+    values equal eager's."""
+    import torch
+
+    compile_and_compare(lambda t: t.sum(-1), generate_tensor((4, 8), "float32"))  # torch_npu's lowerings registered
+    torch_dtype = getattr(torch, dtype)
+    first, second = (torch.randint(0, 100, (4, 5), dtype=torch_dtype) for _ in range(2))
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda p, q: torch.cat([p, q]) + 1, backend="inductor")(first, second)
+    assert_equal_to_eager(compiled, torch.cat([first, second]) + 1)
