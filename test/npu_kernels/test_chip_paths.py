@@ -328,6 +328,10 @@ def test_the_kernels_that_run_are_torch_npus_index_codegens_as_on_a_device(case,
 
     launches = [entry for entry in LEDGER.since(COMPILED_FROM[0]) if entry.by == TRITON_INTERPRETER]
     assert launches and all(INDEX_CODEGEN in entry.detail for entry in launches), [e.detail for e in launches]
+    from pytest_npu_lazy.cann.compute import describe, index_codegen
+
+    assert set(index_codegen.PLANNED[:2]) <= set(index_codegen.in_force()), index_codegen.in_force()
+    assert all(name in describe() for name in index_codegen.in_force()), describe()
 
 
 def test_a_grouped_kernel_of_the_index_codegen_launches_as_a_device_would(monkeypatch):

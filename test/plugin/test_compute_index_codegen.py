@@ -106,3 +106,17 @@ def test_which_codegen_wrote_a_kernel_is_read_from_its_inductor_meta():
     assert written_by({"runtime_block_arg_names": (), "split_axis": [0]}) == INDEX_CODEGEN
     assert written_by({"runtime_block_arg_names": ("Y0BLOCK",)}) == INDEX_CODEGEN
     assert written_by({"kernel_name": "triton_poi_add_0"}) is None  # not torch_npu's: no claim
+
+
+def test_the_header_names_the_index_codegen_bridges_before_and_once_they_stand():
+    """Before anything loads, compute mode's header names the bridges planned, this module's among them; once
+    torch_npu's autotuner is bridged, each in force with what it does (a fresh interpreter: none loaded before)."""
+    from cann_support import run_python
+
+    got = run_python(
+        "import json, sys; sys.path.insert(0, %r)\n"
+        "from pytest_npu_lazy.cann.compute import describe, index_codegen\n"
+        "print(json.dumps({'planned': describe(), 'names': index_codegen.PLANNED,"
+        " 'in_force': index_codegen.in_force()}))" % str(Path(__file__).resolve().parents[2]))
+    assert got["names"] and all(name in got["planned"] for name in got["names"]), got["planned"]
+    assert got["in_force"] == {}, "a bridge stood before torch_npu's autotuner loaded"

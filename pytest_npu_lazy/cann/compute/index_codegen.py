@@ -136,6 +136,18 @@ def written_by(inductor_meta: dict) -> str | None:
     return None
 
 
+#: the bridges :func:`install` stands up once torch_npu's autotuner loads, named in the header before it has
+PLANNED = ["index codegen's TTIR check", "runtime blocks", "grouped autotuner's launch"]
+
+_IN_FORCE: dict[str, str] = {}
+
+
+def in_force() -> dict[str, str]:
+    """Each of this module's bridges in force in this process, with what it does (empty before torch_npu's
+    autotuner loads)."""
+    return dict(_IN_FORCE)
+
+
 def install(_loaded: str = "torch_npu._inductor.runtime.triton_heuristics") -> None:
     """Bridge torch_npu's autotuner (once its module loaded): the check on the compiler's view, runtime blocks."""
     from torch_npu._inductor.runtime import triton_heuristics
@@ -181,9 +193,15 @@ def install(_loaded: str = "torch_npu._inductor.runtime.triton_heuristics") -> N
     autotuner._triton_make_ttir = _triton_make_ttir
     autotuner.run = run_with_runtime_blocks
     autotuner._npu_lazy_index_codegen = True
+    _IN_FORCE[PLANNED[0]] = ("torch_npu's make_ttir_for_check compiles the compiler's view of the interpreted kernel "
+                             "with Triton's frontend, so its index codegen's kernel runs, as on a device")
+    _IN_FORCE[PLANNED[1]] = ("an interpreted launch gets the runtime block sizes of its config "
+                             "(extract_runtime_blocks_from_cfg), which torch_npu's interpreter branch leaves out")
     grouped = getattr(triton_heuristics, "NPUSymbolicGroupedAutotuner", None)
     if grouped is not None and "run" in vars(grouped):
         _launch_a_group_in_the_interpreter(grouped, autotuner, triton_heuristics)
+        _IN_FORCE[PLANNED[2]] = ("NPUSymbolicGroupedAutotuner launches its runtime group's first candidate in the "
+                                 "interpreter; it has no interpreter branch of its own")
 
 
 def _launch_a_group_in_the_interpreter(grouped, base, triton_heuristics) -> None:
