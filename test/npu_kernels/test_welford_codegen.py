@@ -78,10 +78,10 @@ def test_the_switch_vectorises_a_static_welford_reduction(fn, monkeypatch, tmp_p
     """torch_npu's test_welford_simd_codegen's reading of the kernel: the split axis x1 vectorised (its own loop and
     sub-block), a float32 accumulator of one column per row, the reduction over axis 1 kept, a SIMD kernel whose
     ``inductor_meta`` names the vectorised axis, no loop over the reduction, no count accumulator, and the input
-    loaded once; the normalisation after the reduction. Beyond it: the epilogue's own loads (weight, bias) are
-    written after the reduction (its buffers of their own), the producer chain before it is computed once (a full
-    static reduction reuses it: ``enable_welford_post_reduction_reuse``), the index codegen wrote every kernel, and
-    the values are eager's."""
+    loaded once; the normalisation after the reduction. Beyond it: the one output stored once, the epilogue's own
+    loads (weight, bias) written after the reduction (its buffers of their own), the producer chain before it
+    computed once (a full static reduction reuses it: ``enable_welford_post_reduction_reuse``), the index codegen
+    writing every kernel, and the values eager's."""
     actual, eager, code, fallbacks = _compile(fn, *_layer_norm_inputs(), welford=True, monkeypatch=monkeypatch,
                                               options={"aggressive_fusion": True})
     (tmp_path / "code.py").write_text(code)
@@ -93,6 +93,7 @@ def test_the_switch_vectorises_a_static_welford_reduction(fn, monkeypatch, tmp_p
     for absent in ("for loop_r", "_acc_count = tl.zeros", "_acc_count += tl.where"):
         assert absent not in code, f"{absent!r} is in the Welford kernel"
     assert code.count("tl.load(in_ptr0") == 1, "the epilogue loads the input again instead of reusing it"
+    assert code.count("tl.store(") == 1, "the layer_norm's one output is not stored exactly once"
     reduction = code.index("axis=1, keep_dims=True")
     rsqrt = min(code.index(marker) for marker in (" = tl.rsqrt(", " = libdevice.rsqrt(") if marker in code)
     assert reduction < rsqrt, "the normalisation is not after the reduction"
