@@ -53,6 +53,13 @@ def _compile(fn, *inputs, welford: bool, monkeypatch, dynamic: bool = False, opt
     return actual, eager, "\n".join(codes), fallbacks
 
 
+def _kernels(code: str) -> list[str]:
+    """The Triton kernels' own source in ``code`` (from ``@triton.jit`` to the end of the string that holds it)."""
+    import re
+
+    return re.findall(r"@triton.jit\n(.*?)\n''', device_str", code, re.S)
+
+
 def _permuted_layer_norm(x, weight, bias):
     """torch_npu's test_welford_simd_codegen's function (its shape scaled down): rows of 64 over a permuted view,
     so the kernel has a split axis (x1) beside the reduction."""
@@ -129,7 +136,8 @@ def test_where_the_switch_does_not_vectorise(case, monkeypatch):
     without a vectorised axis. With it on, a Welford reduction it does not vectorise (its length known only at run
     time; too long for one tile, so not persistent) takes the index codegen's loop path, which refuses it on purpose,
     and the no-linear codegen writes it: exactly that refusal, nothing else raised. A reduction that is not Welford's
-    (a sum, a softmax) is the index codegen's as ever, unvectorised, with the switch on. The values eager's."""
+    (a sum, a softmax) is the index codegen's as ever, unvectorised, the same kernel as with the switch off. The
+    values eager's."""
     fn, inputs, welford, dynamic, refusal = UNVECTORISED[case]
     actual, eager, code, fallbacks = _compile(fn, *inputs(), welford=welford, monkeypatch=monkeypatch,
                                               dynamic=dynamic)
@@ -141,6 +149,10 @@ def test_where_the_switch_does_not_vectorise(case, monkeypatch):
             f"expected the index codegen's loop path to refuse the Welford reduction ({refusal!r}), got {fallbacks}")
         assert "welford" in code, "the switch took no Welford reduction at all"
     assert VECTORISED not in code, "the Welford reduction was vectorised"
+    if refusal is None and welford:  # no Welford reduction: the switch must leave the kernel as it was
+        _, _, without, _ = _compile(fn, *inputs(), welford=False, monkeypatch=monkeypatch, dynamic=dynamic)
+        assert _kernels(code) and _kernels(code) == _kernels(without), (
+            "the Welford switch changed a kernel without a Welford reduction")
 
 
 def test_a_dynamic_layer_norm_falls_back_to_the_no_linear_codegen(monkeypatch):
