@@ -2,7 +2,8 @@
 
 Each test here was written for mutants of those lowerings that survived the op tests (docs/mutation-npu.md): a
 registration nothing checked, a cumsum of one dimension or of a scalar, the AOTInductor fallback table torch_npu
-extends, and a conversion to complex that does not compile. Values are compared with eager's as in the op tests.
+extends, a conversion to complex that does not compile, the formula pow's lowering writes for each exponent, and a
+float64 mean triton-ascend refuses. Values are compared with eager's as in the op tests.
 """
 
 from __future__ import annotations
@@ -140,36 +141,17 @@ def test_pow_writes_the_formula_its_lowering_chooses(case, monkeypatch):
     assert "tmp" in kernels, f"{case}: no Triton kernel computed it"
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_a_low_precision_mean_rounds_once(dtype):
-    """torch_npu's mean lowering sums a float16 or bfloat16 input in float32 and divides before rounding to the
-    input's dtype: the result is eager's bit for bit over a length that is no power of two (a division that is not
-    exact)."""
-    compile_and_compare(lambda t: t.mean(-1), generate_tensor((256, 33), dtype), rtol=0, atol=0)
-
-
 def test_a_float64_mean_is_refused_by_triton_ascend():
     """torch_npu's mean lowering keeps a float64 input in float64 (it upcasts only float16 and bfloat16), and
-    triton-ascend refuses a float64 value in a kernel ("fp64 is unsupported on Ascend"): the compiled call fails
-    there, on a device as here. A mean that computed it in float32 instead would compile, and fail this test."""
+    triton-ascend refuses a cast from or to float64 in a kernel off the Ascend 950 ("fp64 is unsupported on Ascend",
+    its ``semantic.cast``): the compiled call fails there, on a device as here. An Ascend 950 compiles it (that check
+    is skipped there), so this test skips on one."""
     import torch
+    from torch_npu._inductor import config
 
+    if config.is_ascend950:
+        pytest.skip("needs a chip other than the Ascend 950: triton-ascend casts float64 on a 950")
     x = generate_tensor((16, 33), "float64")
     torch._dynamo.reset()
     with pytest.raises(Exception, match=r"fp64\] is unsupported on Ascend"):
         torch.compile(lambda t: t.mean(-1), backend="inductor")(x)
-
-
-@pytest.mark.parametrize("dtype", ["int8", "uint8"])
-def test_an_int8_cat_on_the_host(dtype):
-    """torch_npu's cat lowering is registered for every device: a cat of int8 or uint8 tensors on the host (CPU)
-    takes Inductor's own cat lowering, which hands it to ATen's cat. Compiled on the CPU with torch_npu loaded, its
-    values equal eager's."""
-    import torch
-
-    compile_and_compare(lambda t: t.sum(-1), generate_tensor((4, 8), "float32"))  # torch_npu's lowerings registered
-    torch_dtype = getattr(torch, dtype)
-    first, second = (torch.randint(0, 100, (4, 5), dtype=torch_dtype) for _ in range(2))
-    torch._dynamo.reset()
-    compiled = torch.compile(lambda p, q: torch.cat([p, q]) + 1, backend="inductor")(first, second)
-    assert_equal_to_eager(compiled, torch.cat([first, second]) + 1)

@@ -41,7 +41,8 @@ def _compile(fn, *inputs, welford: bool, monkeypatch, dynamic: bool = False, opt
         try:
             return index_codegen(self, node)
         except Exception as exc:  # torch_npu's NPUCombinedScheduling catches it and falls back
-            fallbacks.append(f"{node.get_name()}: {type(exc).__name__}: {str(exc).splitlines()[-1]}")
+            said = (str(exc).splitlines() or [repr(exc)])[-1]  # a bare assert says nothing: its repr then
+            fallbacks.append(f"{node.get_name()}: {type(exc).__name__}: {said}")
             raise
 
     monkeypatch.setattr(scheduling.NPUTritonScheduling, "codegen_node", codegen_node)
@@ -54,10 +55,11 @@ def _compile(fn, *inputs, welford: bool, monkeypatch, dynamic: bool = False, opt
 
 
 def _kernels(code: str) -> list[str]:
-    """The Triton kernels' own source in ``code`` (from ``@triton.jit`` to the end of the string that holds it)."""
+    """Each Triton kernel in ``code`` as written: its decorator with ``triton_meta`` and ``inductor_meta`` (the
+    kernel type torch_npu chose among them) and its source, up to the end of the string that holds it."""
     import re
 
-    return re.findall(r"@triton.jit\n(.*?)\n''', device_str", code, re.S)
+    return re.findall(r"\n(@triton_heuristics\..*?)\n''', device_str", code, re.S)
 
 
 def _permuted_layer_norm(x, weight, bias):
@@ -80,15 +82,20 @@ def _produced_layer_norm(x, weight, bias):
     return _permuted_layer_norm(x.sin() * 3 + 1, weight, bias)
 
 
-@pytest.mark.parametrize("fn", [_permuted_layer_norm, _produced_layer_norm], ids=["layer_norm", "produced"])
-def test_the_switch_vectorises_a_static_welford_reduction(fn, monkeypatch, tmp_path):
+#: the functions a vectorised Welford kernel computes, each with the outputs its kernel stores
+VECTORISED_CASES = {"layer_norm": (_permuted_layer_norm, 1), "produced": (_produced_layer_norm, 1)}
+
+
+@pytest.mark.parametrize("case", list(VECTORISED_CASES))
+def test_the_switch_vectorises_a_static_welford_reduction(case, monkeypatch, tmp_path):
     """torch_npu's test_welford_simd_codegen's reading of the kernel: the split axis x1 vectorised (its own loop and
     sub-block), a float32 accumulator of one column per row, the reduction over axis 1 kept, a SIMD kernel whose
     ``inductor_meta`` names the vectorised axis, no loop over the reduction, no count accumulator, and the input
-    loaded once; the normalisation after the reduction. Beyond it: the one output stored once, the epilogue's own
+    loaded once; the normalisation after the reduction. Beyond it: each output stored once, the epilogue's own
     loads (weight, bias) written after the reduction (its buffers of their own), the producer chain before it
     computed once (a full static reduction reuses it: ``enable_welford_post_reduction_reuse``), the index codegen
     writing every kernel, and the values eager's."""
+    fn, outputs = VECTORISED_CASES[case]
     actual, eager, code, fallbacks = _compile(fn, *_layer_norm_inputs(), welford=True, monkeypatch=monkeypatch,
                                               options={"aggressive_fusion": True})
     (tmp_path / "code.py").write_text(code)
@@ -100,12 +107,15 @@ def test_the_switch_vectorises_a_static_welford_reduction(fn, monkeypatch, tmp_p
     for absent in ("for loop_r", "_acc_count = tl.zeros", "_acc_count += tl.where"):
         assert absent not in code, f"{absent!r} is in the Welford kernel"
     assert code.count("tl.load(in_ptr0") == 1, "the epilogue loads the input again instead of reusing it"
-    assert code.count("tl.store(") == 1, "the layer_norm's one output is not stored exactly once"
+    assert code.count("tl.store(") == outputs, f"not each of the {outputs} outputs is stored exactly once"
     reduction = code.index("axis=1, keep_dims=True")
-    rsqrt = min(code.index(marker) for marker in (" = tl.rsqrt(", " = libdevice.rsqrt(") if marker in code)
+    rsqrts = [code.index(marker) for marker in (" = tl.rsqrt(", " = libdevice.rsqrt(") if marker in code]
+    assert rsqrts, "the Welford kernel computes no reciprocal square root"
+    rsqrt = min(rsqrts)
     assert reduction < rsqrt, "the normalisation is not after the reduction"
-    assert reduction < code.index("tl.load(in_ptr1"), "the epilogue's weight is loaded before the reduction"
-    if fn is _produced_layer_norm:
+    for pointer, what in (("in_ptr1", "weight"), ("in_ptr2", "bias")):
+        assert reduction < code.index(f"tl.load({pointer}"), f"the epilogue's {what} is loaded before the reduction"
+    if case != "layer_norm":
         assert code.count("tl_math.sin(") == 1, "the epilogue computes the producer chain again"
 
 
@@ -123,7 +133,8 @@ LOOP_PATH_REFUSAL = "welford_reduction in NPUIndexTritonKernel loop path not exp
 UNVECTORISED = {
     "switch_off": (_permuted_layer_norm, _layer_norm_inputs, False, False, None),  # torch_npu's ..._disabled
     "dynamic_length": (_var_mean, lambda: (generate_tensor((16, 48), "float32"),), True, True, LOOP_PATH_REFUSAL),
-    "looped": (_var_mean, lambda: (generate_tensor((4, 6000), "float32"),), True, False, LOOP_PATH_REFUSAL),
+    # longer than 8192: not persistent on an Ascend 950 either, whose persistent Welford reductions reach 8192
+    "looped": (_var_mean, lambda: (generate_tensor((4, 10000), "float32"),), True, False, LOOP_PATH_REFUSAL),
     # not a Welford reduction: a persistent sum and a softmax under the switch
     "sum": (lambda t: t.sum(-1), lambda: (generate_tensor((32, 64), "float32"),), True, False, None),
     "softmax": (lambda t: t.softmax(-1), lambda: (generate_tensor((32, 64), "float32"),), True, False, None),
@@ -149,6 +160,8 @@ def test_where_the_switch_does_not_vectorise(case, monkeypatch):
             f"expected the index codegen's loop path to refuse the Welford reduction ({refusal!r}), got {fallbacks}")
         assert "welford" in code, "the switch took no Welford reduction at all"
     assert VECTORISED not in code, "the Welford reduction was vectorised"
+    for vectorised in ("_loop_offset in range(", "_acc_sum = tl.zeros"):  # inductor_meta says it of static ones only
+        assert vectorised not in code, f"{vectorised!r}: the Welford reduction was vectorised"
     if refusal is None and welford:  # no Welford reduction: the switch must leave the kernel as it was
         _, _, without, _ = _compile(fn, *inputs(), welford=False, monkeypatch=monkeypatch, dynamic=dynamic)
         assert _kernels(code) and _kernels(code) == _kernels(without), (
@@ -167,3 +180,25 @@ def test_a_dynamic_layer_norm_falls_back_to_the_no_linear_codegen(monkeypatch):
     assert fallbacks, "the index codegen wrote the dynamic layer_norm's kernel: torch_npu fixed it"
     assert all("is not defined" in fallback for fallback in fallbacks), fallbacks
 
+
+
+def _rows_produced_and_returned(x, weight, bias):
+    """A layer_norm over rows of a pointwise chain that is returned too: one kernel stores the chain before the
+    reduction and the normalisation after it."""
+    import torch.nn.functional as F
+
+    produced = x.sin() * 3 + 1
+    return produced, F.layer_norm(produced, x.shape[-1:], weight, bias, 1e-6)
+
+
+def test_a_store_before_the_reduction_is_kept(monkeypatch):
+    """The Welford epilogue's own buffers (loads, compute, stores after the reduction) are swapped in only once the
+    reduction is done; what the kernel stored before it (a returned producer) stays where it was: both outputs are
+    stored, once each, in the one vectorised kernel, and equal eager's."""
+    inputs = (generate_tensor((32, 64), "float32"), generate_tensor((64,), "float32"), generate_tensor((64,), "float32"))
+    actual, eager, code, fallbacks = _compile(_rows_produced_and_returned, *inputs, welford=True, monkeypatch=monkeypatch)
+    assert not fallbacks, f"the index codegen raised for {fallbacks}: torch_npu wrote them with its no-linear codegen"
+    assert_equal_to_eager(actual, eager)
+    kernels = _kernels(code)
+    assert len(kernels) == 1 and VECTORISED in kernels[0], "not one vectorised Welford kernel"
+    assert kernels[0].count("tl.store(") == 2, "not each of the two outputs is stored exactly once"

@@ -109,8 +109,8 @@ def test_which_codegen_wrote_a_kernel_is_read_from_its_inductor_meta():
 
 
 def test_the_header_names_the_index_codegen_bridges_before_and_once_they_stand():
-    """Before anything loads, compute mode's header names the bridges planned, this module's among them; once
-    torch_npu's autotuner is bridged, each in force with what it does (a fresh interpreter: none loaded before)."""
+    """Before anything loads (a fresh interpreter), compute mode's header names the bridges planned, the index
+    codegen's among them, and none stands yet; test_chip_paths.py's index-codegen test checks them in force."""
     from cann_support import run_python
 
     got = run_python(

@@ -35,8 +35,8 @@ __all__ = ["BY", "HOST_ATEN", "LEDGER", "LOST", "REFUSED", "TRITON_INTERPRETER",
 
 def describe() -> str:
     """The header's words for what computes under this mode."""
-    shims = ([*interpreter.shims_in_force(), *index_codegen.in_force()]
-             or [*interpreter.planned(), *index_codegen.PLANNED])
+    shims = [*(interpreter.shims_in_force() or interpreter.planned()),  # each module: in force, else planned
+             *(index_codegen.in_force() or index_codegen.PLANNED)]
     bridges = f"; bridges to the installed Triton (docs/emulated-npu.md): {', '.join(shims)}" if shims else ""
     return ("eager operators by ATen's CPU kernels on the device's host memory, Triton kernels in Triton's "
             f"interpreter (TRITON_INTERPRET=1); what has neither is refused and loses the device{bridges}")
