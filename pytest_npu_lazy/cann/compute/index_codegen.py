@@ -28,7 +28,8 @@ Three bridges make it the device's choice again:
   to choose by), materialises its runtime blocks as a device does (``_materialize_runtime_blocks``), and
   launches through the interpreter branch.
 
-Each launch of torch_npu's says in the ledger which of its codegens wrote the kernel (:func:`written_by`, from the kernel's own ``inductor_meta``, so a cached kernel says it too).
+Each launch of torch_npu's says in the ledger which of its codegens wrote the kernel (:func:`written_by`, from
+the kernel's own ``inductor_meta``, so a cached kernel says it too).
 """
 
 from __future__ import annotations

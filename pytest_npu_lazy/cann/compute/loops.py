@@ -29,10 +29,11 @@ kernel's source before it is allowed (:func:`plan_loop`):
 At run time ``L`` is the largest divisor of the iteration count that keeps the wide chunk within
 :data:`.batching.MAX_BLOCK_ELEMENTS` (so the wide loop covers exactly the original iterations, no more);
 where that is 1, or an accumulator's last axis is not ``STEP``, the original loop runs, kept verbatim
-beside the wide one (for the index codegen's loop, the form it was read as: the same iterations and offsets). Float32/float64/int32/int64 accumulators fold with NumPy; any other type folds
-slice by slice with the interpreter's own operations (exact, slower). Anything else about the kernel runs
-as written. The ledger's detail of each launch says how its loops ran. ``PYTEST_NPU_LAZY_LOOPS_ONE_BY_ONE=1``
-runs every loop iteration by iteration (the benchmark compares).
+beside the wide one (for the index codegen's loop, the form it was read as: the same iterations and
+offsets). Float32/float64/int32/int64 accumulators fold with NumPy; any other type folds slice by slice
+with the interpreter's own operations (exact, slower). Anything else about the kernel runs as written.
+The ledger's detail of each launch says how its loops ran. ``PYTEST_NPU_LAZY_LOOPS_ONE_BY_ONE=1`` runs
+every loop iteration by iteration (the benchmark compares).
 """
 
 from __future__ import annotations
