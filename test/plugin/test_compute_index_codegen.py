@@ -99,6 +99,58 @@ def test_the_frontend_compiles_the_compiler_view_of_an_interpreted_kernel_and_th
     assert got["without"], "the frontend compiled an interpreted kernel with no view: the bridge would be needless"
 
 
+PROBED = CHECK.split("x, out = torch.arange(8.)")[0] + """
+from pytest_npu_lazy.mutate import trace
+from pytest_npu_lazy.mutate.trace import hit as __npu_lazy_mutate_hit__
+
+
+@triton.jit
+def probed_helper(x):
+    __npu_lazy_mutate_hit__("check_kernel:probed_helper")  # what the mutation pass's coverage run writes first
+    return x + 1
+
+
+@triton.jit
+def probed(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, probed_helper(tl.load(x_ptr + offsets, mask=offsets < n)), mask=offsets < n)
+
+
+x, out = torch.arange(8.), torch.zeros(8)
+probed[(2,)](x, out, 8, BLOCK=4)
+answer = {{"out": out.tolist(), "hit": any(key[0] == "check_kernel:probed_helper" for key in trace._written)}}
+with index_codegen.compiler_language():
+    try:
+        answer["ttir"] = "tt.call @probed_helper" in ttir(index_codegen.compiler_view(probed))
+    except Exception as error:
+        answer["ttir"] = type(error).__name__ + ": " + str(error)[-600:]
+    index_codegen._PROBE_MODULE = "not.the.probe"  # the view as it was before it knew the probe
+    index_codegen._VIEWS.clear()
+    try:
+        ttir(index_codegen.compiler_view(probed))
+        answer["unknown_probe"] = None
+    except Exception as error:
+        answer["unknown_probe"] = type(error).__name__ + ": " + str(error)
+print(json.dumps(answer))
+"""
+
+
+def test_a_helper_the_mutation_pass_probed_still_compiles_and_its_probe_still_fires(tmp_path):
+    """The mutation pass's coverage run puts a probe call first in each ``@triton.jit`` helper of torch_npu's it
+    instruments. The interpreter runs it (the hit is recorded); the compiler's view must see a probe that does
+    nothing, or torch_npu's TTIR check fails on every kernel calling the helper and torch_npu writes those kernels
+    with its no-linear codegen: the coverage run would then judge other kernels than the plain run's."""
+    from cann_support import run_python
+
+    pytest.importorskip("triton")
+    script = tmp_path / "check_kernel.py"
+    script.write_text(PROBED.format(root=str(Path(__file__).resolve().parents[2])))
+    got = run_python(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')")
+    assert got["out"] == [float(i + 1) for i in range(8)] and got["hit"], got
+    assert got["ttir"] is True, got["ttir"]
+    assert got["unknown_probe"] and "Cannot access global variable" in got["unknown_probe"], got["unknown_probe"]
+
+
 def test_which_codegen_wrote_a_kernel_is_read_from_its_inductor_meta():
     from pytest_npu_lazy.cann.compute.index_codegen import INDEX_CODEGEN, NO_LINEAR_CODEGEN, written_by
 
