@@ -68,7 +68,7 @@ import os
 import sys
 import types
 
-from . import batching, loops
+from . import batching, loops, widening
 from .gap import NEEDS_A_DEVICE, InterpreterGap, MissingAttribute
 from .ledger import LEDGER, LOST, TRITON_INTERPRETER
 
@@ -315,6 +315,8 @@ def install_interpreter_shims(_loaded: str = "triton.runtime.interpreter") -> No
         said = "".join(f"; {what} dropped: {', '.join(keys)}" for what, keys in
                        (("NPU compiler options", npu_options), ("config keywords the kernel declares", others)) if keys)
         k, programs = batching.merge_factor(self, args_dev, kwargs)
+        wider, widened = widening.widths(self, args_dev, kwargs)
+        said += f"; {widened}" if widened else ""
         LEDGER.record(TRITON_INTERPRETER, kernel, f"{grid}; {programs}{said}",
                       wrote=_written(self.arg_names, args_dev, kwargs, storage_range))
         entry = len(LEDGER.entries) - 1
@@ -327,9 +329,14 @@ def install_interpreter_shims(_loaded: str = "triton.runtime.interpreter") -> No
         if k > 1:  # the same rows, k programs' worth at a time (batching's docstring says when and why exact)
             self.grid = (launched[0] // k, 1, 1)
             kwargs = {**kwargs, batching.ROWS: kwargs[batching.ROWS] * k}
-        try:
+        def run(launch_kwargs):
             with numpy.errstate(all="ignore"), patched_once():
-                return original_call(self, *args_dev, **kwargs)
+                return original_call(self, *args_dev, **launch_kwargs)
+
+        try:
+            if wider and os.environ.get(widening.CHECK_ENV) == "1":
+                return widening.run_both_ways(run, kernel, args_dev, kwargs, wider, host_alias)
+            return run({**kwargs, **wider})
         finally:
             self.grid = launched
             ran = sorted(set(loops.NOTES)) or [loops.decided(self.fn)]

@@ -171,10 +171,26 @@ def _fast_reduce(self, inputs, ops):
 def accumulate(function, data: np.ndarray, axis, **kwargs) -> np.ndarray:
     """A sum or scan as the device accumulates: float16 in float32 rounded once, integers in their own type."""
     if data.dtype == np.float16:
-        return function(data.astype(np.float32), axis=axis, **kwargs).astype(np.float16)
+        return accumulate(function, data.astype(np.float32), axis, **kwargs).astype(np.float16)
     if np.issubdtype(data.dtype, np.integer):
         return function(data, axis=axis, dtype=data.dtype, **kwargs)
+    if function is np.sum and axis is not None and data.ndim > 1:
+        return _sum_along_the_last_axis(data, axis, kwargs.get("keepdims", False))
     return function(data, axis=axis, **kwargs)
+
+
+def _sum_along_the_last_axis(data: np.ndarray, axis: int, keepdims: bool) -> np.ndarray:
+    """A float sum along one axis in an order that depends on that axis's length only, not on the block's other axes.
+
+    NumPy adds along the axis its iterator puts innermost: pairwise (eight running sums, then a tree) where the
+    reduced axis is the contiguous one, one slice after the other where it is not; and a block whose other axes
+    have size 1 collapses so that the reduced axis becomes the contiguous one. So ``np.sum`` of the same row could
+    round differently in a (32, 1, 1, 256) block and a (32, 4, 1, 2048) one, and running a kernel's sub-blocks
+    wide (:mod:`.widening`) would change a value. Here every row is summed as a contiguous last axis, pairwise:
+    the row's own values and length decide its bits. A device's order is its own; none is claimed here."""
+    moved = np.ascontiguousarray(np.moveaxis(data, axis, -1))
+    total = np.sum(moved, axis=-1)
+    return np.expand_dims(total, axis) if keepdims else total
 
 
 def install(interpreter) -> list[str]:

@@ -1,0 +1,174 @@
+"""Which of a kernel's sub-block axes may run wide: read from its source, each refusal naming why.
+
+``pytest_npu_lazy/cann/compute/widening.py`` launches torch_npu's index-codegen kernels with wider
+``<A>BLOCK_SUB`` values where nothing in the kernel relates two elements along the axis. The kernel below is
+the one torch_npu writes for test_sum_add.py's ``sum(a, 0) + b`` over (32, 64, 128, 2048); each test changes
+one thing that could relate elements (or carry a value between sub-blocks) and checks the axis, or the whole
+kernel, is kept as launched, with the reason. test/npu_kernels/test_widening.py checks the widened launches
+bit for bit against the launches as given, on torch_npu's own kernels.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from pytest_npu_lazy.cann.compute import widening
+
+#: torch_npu's index codegen's kernel for test_sum_add.py's sum(a, 0) + b (its signature and body, verbatim)
+SUM_ADD = '''
+def triton_per_fused_add_sum_0(in_out_ptr0, in_ptr0, in_ptr1, z0_numel, y1_numel, x2_numel, r3_numel, Z0BLOCK, Y1BLOCK, Z0BLOCK_SUB : tl.constexpr, Y1BLOCK_SUB : tl.constexpr, X2BLOCK_SUB : tl.constexpr):
+    R3BLOCK_SUB: tl.constexpr = 32
+    z0_offset = tl.program_id(0) * Z0BLOCK
+    base_z0= tl.arange(0, Z0BLOCK_SUB)
+    loops_z0 = (Z0BLOCK + Z0BLOCK_SUB - 1) // Z0BLOCK_SUB
+    y1_offset = tl.program_id(1) * Y1BLOCK
+    base_y1= tl.arange(0, Y1BLOCK_SUB)
+    loops_y1 = (Y1BLOCK + Y1BLOCK_SUB - 1) // Y1BLOCK_SUB
+    base_x2= tl.arange(0, X2BLOCK_SUB)
+    loops_x2 = (x2_numel + X2BLOCK_SUB - 1) // X2BLOCK_SUB
+    base_r3= tl.arange(0, R3BLOCK_SUB)
+    loops_r3 = (r3_numel + R3BLOCK_SUB - 1) // R3BLOCK_SUB
+    for loop_z0 in range(loops_z0):
+        z0 = z0_offset + (loop_z0 * Z0BLOCK_SUB) + base_z0[None,:,None,None]
+        z0_mask = z0 < min(Z0BLOCK+z0_offset, z0_numel)
+        for loop_y1 in range(loops_y1):
+            y1 = y1_offset + (loop_y1 * Y1BLOCK_SUB) + base_y1[None,None,:,None]
+            y1_mask = y1 < min(Y1BLOCK+y1_offset, y1_numel)
+            for loop_x2 in range(loops_x2):
+                x2 = (loop_x2 * X2BLOCK_SUB) + base_x2[None,None,None,:]
+                x2_mask = x2 < x2_numel
+                r3 = base_r3[:,None,None,None]
+                r3_mask = r3 < r3_numel
+                tmp0 = tl.load(in_ptr0 + (x2 + 2048*y1 + 262144*z0 + 16777216*r3), x2_mask & y1_mask & z0_mask, other=0.0)
+                tmp3 = tl.load(in_ptr1 + (x2 + 2048*y1 + 262144*z0), x2_mask & y1_mask & z0_mask)
+                tmp2 = tl.sum(tmp0, 0).reshape(1, Z0BLOCK_SUB, Y1BLOCK_SUB, X2BLOCK_SUB)
+                tmp4 = tmp2 + tmp3
+                tl.store(in_out_ptr0 + (x2 + 2048*y1 + 262144*z0), tmp4, x2_mask & y1_mask & z0_mask)
+'''
+PARAMETERS = [a.arg for a in ast.parse(SUM_ADD.strip()).body[0].args.args]
+STORE = "tl.store(in_out_ptr0 + (x2 + 2048*y1 + 262144*z0), tmp4, x2_mask & y1_mask & z0_mask)"
+
+
+def plan(source: str) -> widening.Plan:
+    return widening.plan_source(source, PARAMETERS)
+
+
+def test_torch_npus_sum_add_kernel_widens_every_pointwise_axis_innermost_last_in_order():
+    got = plan(SUM_ADD)
+    assert got.axes == {"z0": ("Z0BLOCK_SUB", "Z0BLOCK"), "y1": ("Y1BLOCK_SUB", "Y1BLOCK"),
+                        "x2": ("X2BLOCK_SUB", "x2_numel")}, got
+    assert got.order == ["z0", "y1", "x2"] and got.constants == {"R3BLOCK_SUB": 32} and not got.reason, got
+
+
+@pytest.mark.parametrize("change, kept, reason", [
+    (("tl.sum(tmp0, 0).reshape(1, Z0BLOCK_SUB, Y1BLOCK_SUB, X2BLOCK_SUB)", "tl.sum(tmp0, 1, keep_dims=True)"), "z0",
+     "reduces along z0"),
+    (("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tl.cumsum(tmp3, 3)"), "x2", "reduces along x2"),
+    ((STORE, "tl.store(in_out_ptr0 + (x2 + 2048*y1), tmp4, x2_mask & y1_mask & z0_mask)"), "z0",
+     "a store's address does not depend on z0"),
+    (("x2_mask = x2 < x2_numel", "x2_mask = (x2 < x2_numel) & (loop_x2 < 4)"), "x2",
+     "computes with x2's sub-blocks"),
+    (("    base_x2= tl.arange(0, X2BLOCK_SUB)", "    base_x2= tl.arange(0, X2BLOCK_SUB)\n    first_x2 = base_x2 + 1"),
+     "x2", "x2's arange is used other than in its index"),
+    (("    loops_x2 = (x2_numel + X2BLOCK_SUB - 1) // X2BLOCK_SUB",
+      "    loops_x2 = (x2_numel + X2BLOCK_SUB - 1) // X2BLOCK_SUB\n    half_x2 = X2BLOCK_SUB // 2"),
+     "x2", "computes with x2's sub-blocks"),
+    (("            for loop_x2 in range(loops_x2):", "            seen = tl.zeros([1, 1, 1, X2BLOCK_SUB], tl.float32)\n"
+      "            for loop_x2 in range(loops_x2):\n                seen = seen + 1.0"), "x2",
+     "seen is carried from one of x2's sub-blocks to the next"),
+    (("                r3 = base_r3[:,None,None,None]", "                r3 = base_r3[:,None,None,None]\n"
+      "                if loop_y1 == 0:\n                    r3 = r3 + 0"), "y1",
+     "loop_y1 == 0 computes with y1's sub-blocks"),
+])
+def test_an_axis_whose_elements_could_meet_keeps_its_sub_blocks_and_the_others_still_widen(change, kept, reason):
+    old, new = change
+    assert old in SUM_ADD
+    got = plan(SUM_ADD.replace(old, new, 1))
+    assert kept not in got.axes and reason in got.reason, got
+    assert got.axes, f"every axis was kept, where only {kept} had to be: {got.reason}"
+
+
+def test_a_value_of_the_loops_read_after_them_keeps_every_axis_that_wrote_it():
+    got = plan(SUM_ADD + "    tl.device_assert(tmp4 == tmp4)\n")
+    assert got.axes == {} and "tmp4, assigned in z0's loop, is read outside it" in got.reason, got
+
+
+@pytest.mark.parametrize("change, reason", [
+    (("tmp4 = tmp2 + tmp3", "tmp4 = tl.permute(tmp2, (0, 1, 3, 2)) + tmp3"), "permute: it could move"),
+    (("tmp4 = tmp2 + tmp3", "tmp4 = triton_helpers.unknown_helper(tmp2) + tmp3"), "does not know"),
+    (("tmp4 = tmp2 + tmp3", "tmp4 = my_helper(tmp2) + tmp3"), "reads my_helper, which this check cannot place"),
+    (("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tmp3\n                tl.atomic_add(in_ptr1 + x2, tmp4)"), "atomic_add"),
+    (("tmp3 = tl.load(in_ptr1 + (x2 + 2048*y1 + 262144*z0)", "tmp3 = tl.load(in_out_ptr0 + (x2 + 2048*y1 + 1)"),
+     "in_out_ptr0 is loaded and stored at different offsets"),
+    (("tmp2 = tl.sum(tmp0, 0).reshape(1, Z0BLOCK_SUB, Y1BLOCK_SUB, X2BLOCK_SUB)",
+      "tmp2 = tl.sum(tmp0, 0).reshape(1, Y1BLOCK_SUB, Z0BLOCK_SUB, X2BLOCK_SUB)"), "moves elements between axes"),
+    (("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tmp3.reshape(1, Z0BLOCK_SUB * Y1BLOCK_SUB * X2BLOCK_SUB)"),
+     "a size Z0BLOCK_SUB * Y1BLOCK_SUB * X2BLOCK_SUB this check cannot follow"),
+])
+def test_a_kernel_that_could_move_or_order_elements_runs_as_launched(change, reason):
+    old, new = change
+    assert old in SUM_ADD
+    got = plan(SUM_ADD.replace(old, new, 1))
+    assert got.axes == {} and reason in got.reason, got
+
+
+class _Launch:
+    """What the interpreter's launch hands :func:`widening.widths`: the kernel and its parameter names."""
+
+    def __init__(self) -> None:
+        namespace: dict = {}
+        exec(compile("tl = None\n" + SUM_ADD.strip() + "\n", "<kernel>", "exec"), namespace)
+        self.fn = namespace["triton_per_fused_add_sum_0"]
+        self.arg_names = PARAMETERS
+
+
+def test_the_launch_widens_innermost_first_in_powers_of_two_within_the_block_limit(monkeypatch):
+    monkeypatch.setattr(widening, "plan", lambda fn, names: widening.plan_source(SUM_ADD, names))
+    monkeypatch.delenv(widening.AS_LAUNCHED_ENV, raising=False)
+    launch = _Launch()
+    args = (None, None, None, 64, 128, 2048, 32)
+    kwargs = {"Z0BLOCK": 2, "Y1BLOCK": 128, "Z0BLOCK_SUB": 1, "Y1BLOCK_SUB": 32, "X2BLOCK_SUB": 16}
+    wider, said = widening.widths(launch, args, kwargs)
+    # 32 (R3) * 1 * 32 * 16 = 16,384 elements launched; x2 grows to 256 and the block reaches 262,144
+    assert wider == {"X2BLOCK_SUB": 256} and said == "sub-blocks widened: x2 16 -> 256: 1024 iterations as 64", said
+    wider, said = widening.widths(launch, args, {**kwargs, "Y1BLOCK_SUB": 1})
+    assert wider == {"X2BLOCK_SUB": 2048, "Y1BLOCK_SUB": 4}, (wider, said)
+    monkeypatch.setenv(widening.AS_LAUNCHED_ENV, "1")
+    assert widening.widths(launch, args, kwargs) == ({}, f"sub-blocks as launched ({widening.AS_LAUNCHED_ENV}=1)")
+
+
+def test_a_launch_whose_tensors_share_memory_or_whose_sub_blocks_span_their_axes_runs_as_launched(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(widening, "plan", lambda fn, names: widening.plan_source(SUM_ADD, names))
+    monkeypatch.delenv(widening.AS_LAUNCHED_ENV, raising=False)
+    launch = _Launch()
+    base = torch.zeros(64)
+    kwargs = {"Z0BLOCK": 2, "Y1BLOCK": 128, "Z0BLOCK_SUB": 1, "Y1BLOCK_SUB": 32, "X2BLOCK_SUB": 16}
+    shared = (base[:32], base[16:48], torch.zeros(4), 64, 128, 2048, 32)
+    assert widening.widths(launch, shared, kwargs) == ({}, "sub-blocks as launched: two tensor arguments share memory")
+    spanning = {**kwargs, "Z0BLOCK_SUB": 2, "Y1BLOCK_SUB": 128, "X2BLOCK_SUB": 2048}
+    assert widening.widths(launch, (None, None, None, 64, 128, 2048, 32), spanning) == (
+        {}, "sub-blocks as launched: each spans its axis already")
+
+
+def test_the_check_mode_fails_naming_the_kernel_and_argument_where_a_widened_launch_writes_other_bits():
+    """``run_both_ways`` restores the memory between the two runs and compares every bit: a launch whose widened
+    run writes another value fails; one that writes the same passes and returns the widened run's result."""
+    torch = pytest.importorskip("torch")
+    out, source = torch.zeros(4), torch.arange(4.0)
+
+    def run(kwargs):
+        out.add_(source * kwargs["X2BLOCK_SUB"] / kwargs["X2BLOCK_SUB"])  # reads what it wrote: the memory is reset
+        return "ran"
+
+    assert widening.run_both_ways(run, "k", (out, source), {"X2BLOCK_SUB": 2}, {"X2BLOCK_SUB": 8},
+                                  lambda t: t) == "ran"
+    assert out.tolist() == [0.0, 1.0, 2.0, 3.0], "the widened run did not start from the memory as launched"
+
+    def wrong(kwargs):
+        out.copy_(source + (kwargs["X2BLOCK_SUB"] > 2) * torch.tensor([0.0, 0.0, 2.0 ** -20, 0.0]))
+
+    with pytest.raises(widening.WideningChanged, match=r"Triton kernel k: .* argument 0 \(1 elements differ\)"):
+        widening.run_both_ways(wrong, "k", (out, source), {"X2BLOCK_SUB": 2}, {"X2BLOCK_SUB": 8}, lambda t: t)
