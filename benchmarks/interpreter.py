@@ -4,10 +4,12 @@
 ``shipped`` (the interpreter as triton-ascend ships it, with only the bridge without which its loops
 stop on NumPy 2.4) and ``compute`` (with compute mode's
 changes: device conversions and NaN rules, bfloat16 arithmetic in float32, the device's
-reductions, programs and a sum's loop iterations run together; ``compute one by one`` without the last two). Each times the same kernels side by side: a float32 pointwise kernel, a float32 ->
+reductions, programs and a sum's loop iterations run together, sub-blocks run wide; ``compute one by one``
+without the last three). Each times the same kernels side by side: a float32 pointwise kernel, a float32 ->
 bfloat16 pointwise kernel (where the device's rounding replaces the shipped truncation), a
 persistent row reduction and a looped one (``tl.range`` over the row, written as Inductor writes a looped
-sum), each launched over a grid of blocks as Inductor launches them, and a sum of the whole array by one
+sum), each launched over a grid of blocks as Inductor launches them, a first-axis sum written as torch_npu's
+index codegen writes one (loops over sub-blocks of each pointwise axis), and a sum of the whole array by one
 program in chunks of 8 (torch_npu's ``test_sum.py`` calls a kernel compiled for 8 elements with a million). Beside each, NumPy's one vectorised evaluation of the same
 expression over the whole array: the limit an interpreter of the same data can approach. Figures
 are elements per second (median of the repeats), and the ratio to NumPy's.
@@ -42,6 +44,7 @@ if variant.startswith("compute"):
     if variant == "compute one by one":
         os.environ["PYTEST_NPU_LAZY_PROGRAMS_ONE_BY_ONE"] = "1"
         os.environ["PYTEST_NPU_LAZY_LOOPS_ONE_BY_ONE"] = "1"
+        os.environ["PYTEST_NPU_LAZY_SUBBLOCKS_AS_LAUNCHED"] = "1"
     interpreter.install_language_shims()
     interpreter.install_interpreter_shims()
 else:  # as shipped, but for the one bridge without which no loop over a reduction runs on NumPy 2.4
@@ -87,6 +90,28 @@ def looped_row_sum(x_ptr, out_ptr, columns, XBLOCK: tl.constexpr, R0_BLOCK: tl.c
     tl.store(out_ptr + rows, tl.sum(_total, 1)[:, None])
 
 
+@triton.jit
+def sub_block_sum(in_ptr0, out_ptr0, y0_numel, x1_numel, Y0BLOCK, Y0BLOCK_SUB: tl.constexpr,
+                  X1BLOCK_SUB: tl.constexpr):
+    R2BLOCK_SUB: tl.constexpr = 16  # as torch_npu's index codegen writes sum(a, 0) (test_sum_add.py's kernel)
+    y0_offset = tl.program_id(0) * Y0BLOCK
+    base_y0 = tl.arange(0, Y0BLOCK_SUB)
+    loops_y0 = (Y0BLOCK + Y0BLOCK_SUB - 1) // Y0BLOCK_SUB
+    base_x1 = tl.arange(0, X1BLOCK_SUB)
+    loops_x1 = (x1_numel + X1BLOCK_SUB - 1) // X1BLOCK_SUB
+    base_r2 = tl.arange(0, R2BLOCK_SUB)
+    for loop_y0 in range(loops_y0):
+        y0 = y0_offset + (loop_y0 * Y0BLOCK_SUB) + base_y0[None, :, None]
+        y0_mask = y0 < min(Y0BLOCK + y0_offset, y0_numel)
+        for loop_x1 in range(loops_x1):
+            x1 = (loop_x1 * X1BLOCK_SUB) + base_x1[None, None, :]
+            x1_mask = x1 < x1_numel
+            r2 = base_r2[:, None, None]
+            tmp0 = tl.load(in_ptr0 + (x1 + x1_numel*y0 + x1_numel*y0_numel*r2), x1_mask & y0_mask, other=0.0)
+            tmp1 = tl.sum(tmp0, 0).reshape(1, Y0BLOCK_SUB, X1BLOCK_SUB)
+            tl.store(out_ptr0 + (x1 + x1_numel*y0), tmp1, x1_mask & y0_mask)
+
+
 def timed(run):
     times = []
     for _ in range(repeats):
@@ -108,6 +133,9 @@ def measure():  # the data stays local: the interpreter reads each kernel's glob
     grid = (triton.cdiv(size, block),)
     rows_grid = (matrix.shape[0] // rows_per_program,)
     xn, yn, mn = x.numpy(), y.numpy(), matrix.numpy()
+    planes = max(1, size // (16 * 1024))  # (16, planes, 1024): summed over its first axis
+    cube, plane_sums = x.reshape(16, planes, 1024), torch.empty(planes, 1024)
+    per_program = 2 if planes % 2 == 0 else 1
     cases = {
         "pointwise float32 (x*y+1)": (lambda: pointwise[grid](x, y, out, size, XBLOCK=block), lambda: xn * yn + 1.0),
         "pointwise float32 -> bfloat16": (lambda: downcast[grid](x, half, size, XBLOCK=block),
@@ -118,6 +146,11 @@ def measure():  # the data stays local: the interpreter reads each kernel's glob
         "row sum, looped (chunks of 128)": (
             lambda: looped_row_sum[rows_grid](matrix, sums, columns, XBLOCK=rows_per_program, R0_BLOCK=128),
             lambda: mn.sum(axis=1)),
+        # torch_npu's index codegen: loops over sub-blocks of every pointwise axis (test_sum_add.py's kernel)
+        "first-axis sum, index codegen's sub-blocks (1 x 64 of 1024)": (
+            lambda: sub_block_sum[(planes // per_program,)](cube, plane_sums, planes, 1024, per_program,
+                                                             Y0BLOCK_SUB=1, X1BLOCK_SUB=64),
+            lambda: cube.numpy().sum(axis=0)),
         # torch_npu's test_sum.py: a dynamic-shape sum compiled for 8 elements, then called with many more
         "sum of all, looped (one program, chunks of 8)": (
             lambda: looped_row_sum[(1,)](x, total, size, XBLOCK=1, R0_BLOCK=8), lambda: xn.sum()),
@@ -193,7 +226,8 @@ def markdown(result: dict) -> list[str]:
              "Inductor names them. *One by one*: the programs run one after another and a loop's iterations one "
              "after another, as the interpreter runs them (the device numerics' cost against the interpreter as "
              "shipped); *compute mode*: as compute mode runs them, a launch's programs together and a sum's loop "
-             "iterations together where the kernel allows it (docs/emulated-npu.md).", "",
+             "iterations together and the index codegen's sub-blocks wide where the kernel allows it "
+             "(docs/emulated-npu.md).", "",
              "| kernel | NumPy, one vectorised pass (M elements/s) | interpreter as shipped (M/s) "
              "| compute mode, one by one (M/s) | compute mode (M/s) | one by one / shipped time "
              "| compute mode / NumPy time |", "|---|---:|---:|---:|---:|---:|---:|"]

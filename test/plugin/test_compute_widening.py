@@ -135,6 +135,13 @@ def test_the_launch_widens_innermost_first_in_powers_of_two_within_the_block_lim
     assert wider == {"X2BLOCK_SUB": 256} and said == "sub-blocks widened: x2 16 -> 256: 1024 iterations as 64", said
     wider, said = widening.widths(launch, args, {**kwargs, "Y1BLOCK_SUB": 1})
     assert wider == {"X2BLOCK_SUB": 2048, "Y1BLOCK_SUB": 4}, (wider, said)
+    # an extent of 100 with sub-blocks of 16 touches 112 indices; 32 would touch 128: not one index more is taken
+    odd = (None, None, None, 64, 128, 100, 32)
+    spanning = {**kwargs, "Z0BLOCK_SUB": 2, "Y1BLOCK_SUB": 128}
+    assert widening.widths(launch, odd, spanning) == (
+        {}, "sub-blocks as launched: no wider sub-block touches the same indices within the size limit")
+    assert widening.widths(launch, (None, None, None, 64, 128, 96, 32), spanning)[0] == {
+        "X2BLOCK_SUB": 32}  # 96 = 6 * 16 = 3 * 32: the same 96 indices; 64 would touch 128
     monkeypatch.setenv(widening.AS_LAUNCHED_ENV, "1")
     assert widening.widths(launch, args, kwargs) == ({}, f"sub-blocks as launched ({widening.AS_LAUNCHED_ENV}=1)")
 

@@ -35,7 +35,9 @@ before it is allowed, axis by axis:
 A reduction along another axis gives the same bits for a wide block as for a narrow one because a float sum
 is taken in an order that depends on the reduced row only (:func:`.reductions.accumulate`). ``BLOCK_SUB``
 grows in powers of two up to the extent, innermost axis first, while the block (every ``BLOCK_SUB`` of the
-kernel multiplied) stays within :data:`~.batching.MAX_BLOCK_ELEMENTS`. Each launch's ledger entry says what
+kernel multiplied) stays within :data:`~.batching.MAX_BLOCK_ELEMENTS` and the loop touches the same indices as
+launched (``ceil(extent / SUB) * SUB`` of them: nothing beyond what the launch as given computed, loaded or
+stored, whatever the kernel masks). Each launch's ledger entry says what
 was widened (``sub-blocks widened: x2 256 -> 2048, y1 1 -> 4: 2048 iterations as 64``) or why not.
 ``PYTEST_NPU_LAZY_SUBBLOCKS_AS_LAUNCHED=1`` runs every kernel with the sub-blocks it was launched with;
 ``PYTEST_NPU_LAZY_SUBBLOCKS_CHECK=1`` runs every widened launch both ways and fails, naming the kernel, if
@@ -403,13 +405,18 @@ class _Layouts:
         raise _Refused(f"a size {ast.unparse(node)} this check cannot follow")
 
     def shape(self, node: ast.expr | None, call: ast.Call) -> _Tile:
+        if isinstance(node, ast.Attribute) and node.attr == "shape":  # another block's shape: its layout
+            like = self.value(node.value)
+            if isinstance(like, _Tile):
+                return _Tile(like.axes)
         if not isinstance(node, (ast.List, ast.Tuple)):
             raise _Refused(f"{ast.unparse(call)}: a shape this check cannot read")
         return _Tile(tuple(self.shape_entry(e) for e in node.elts))
 
     def reshaped(self, operand: object, arguments: list, node: ast.Call, name: str) -> _Tile:
-        shape = self.shape(arguments[0] if len(arguments) == 1 and isinstance(arguments[0], (ast.List, ast.Tuple))
-                           else ast.Tuple(list(arguments)), node)
+        whole = len(arguments) == 1 and (isinstance(arguments[0], (ast.List, ast.Tuple)) or (
+            isinstance(arguments[0], ast.Attribute) and arguments[0].attr == "shape"))
+        shape = self.shape(arguments[0] if whole else ast.Tuple(list(arguments)), node)
         if not isinstance(operand, _Tile):
             return shape
         if operand.base_of is not None:
@@ -633,8 +640,8 @@ def widths(executor, args: tuple, kwargs: dict) -> tuple[dict, str]:
         extent, launched = bound.get(extent_name), sizes[name]
         if not isinstance(extent, int) or launched & (launched - 1):
             continue
-        width = launched
-        while width < extent and block * 2 <= MAX_BLOCK_ELEMENTS:
+        width, covered = launched, _covered(extent, launched)
+        while width < extent and block * 2 <= MAX_BLOCK_ELEMENTS and _covered(extent, width * 2) == covered:
             width, block = width * 2, block * 2
         before *= -(-extent // launched)
         after *= -(-extent // width)
@@ -644,8 +651,15 @@ def widths(executor, args: tuple, kwargs: dict) -> tuple[dict, str]:
     if not wider:
         spanned = before == 1
         return {}, ("sub-blocks as launched: each spans its axis already" if spanned else
-                    "sub-blocks as launched: no wider block fits within the size limit")
+                    "sub-blocks as launched: no wider sub-block touches the same indices within the size limit")
     return wider, f"sub-blocks widened: {', '.join(said)}: {before} iterations as {after}"
+
+
+def _covered(extent: int, width: int) -> int:
+    """How many indices the loop touches, masked or not: ``ceil(extent / width) * width``. A wider sub-block is
+    taken only where it touches the same ones, so no index outside the extent is computed, loaded or stored that
+    the launch as given did not (an index of the next program's block included), whatever the kernel masks."""
+    return -(-extent // width) * width
 
 
 class WideningChanged(AssertionError):
