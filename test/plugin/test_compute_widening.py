@@ -57,9 +57,10 @@ def plan(source: str) -> widening.Plan:
 
 def test_torch_npus_sum_add_kernel_widens_every_pointwise_axis_innermost_last_in_order():
     got = plan(SUM_ADD)
-    assert got.axes == {"z0": ("Z0BLOCK_SUB", "Z0BLOCK"), "y1": ("Y1BLOCK_SUB", "Y1BLOCK"),
-                        "x2": ("X2BLOCK_SUB", "x2_numel")}, got
+    assert got.axes == {"z0": "Z0BLOCK_SUB", "y1": "Y1BLOCK_SUB", "x2": "X2BLOCK_SUB"}, got
+    assert got.extents == {"z0": "Z0BLOCK", "y1": "Y1BLOCK", "x2": "x2_numel", "r3": "r3_numel"}, got
     assert got.order == ["z0", "y1", "x2"] and got.constants == {"R3BLOCK_SUB": 32} and not got.reason, got
+    assert got.stores == [(("x2", 1), ("y1", 2048), ("z0", 262144))], got  # the store's address, axis by axis
 
 
 @pytest.mark.parametrize("change, kept, reason", [
@@ -78,8 +79,8 @@ def test_torch_npus_sum_add_kernel_widens_every_pointwise_axis_innermost_last_in
     (("            for loop_x2 in range(loops_x2):", "            seen = tl.zeros([1, 1, 1, X2BLOCK_SUB], tl.float32)\n"
       "            for loop_x2 in range(loops_x2):\n                seen = seen + 1.0"), "x2",
      "seen is carried from one of x2's sub-blocks to the next"),
-    (("                r3 = base_r3[:,None,None,None]", "                r3 = base_r3[:,None,None,None]\n"
-      "                if loop_y1 == 0:\n                    r3 = r3 + 0"), "y1",
+    (("                r3_mask = r3 < r3_numel", "                r3_mask = r3 < r3_numel\n"
+      "                if loop_y1 == 0:\n                    r3_mask = r3_mask & r3_mask"), "y1",
      "loop_y1 == 0 computes with y1's sub-blocks"),
 ])
 def test_an_axis_whose_elements_could_meet_keeps_its_sub_blocks_and_the_others_still_widen(change, kept, reason):
@@ -92,16 +93,16 @@ def test_an_axis_whose_elements_could_meet_keeps_its_sub_blocks_and_the_others_s
 
 def test_a_value_of_the_loops_read_after_them_keeps_every_axis_that_wrote_it():
     got = plan(SUM_ADD + "    tl.device_assert(tmp4 == tmp4)\n")
-    assert got.axes == {} and "tmp4, assigned in z0's loop, is read outside it" in got.reason, got
+    assert got.axes == {} and "tmp4, assigned in z0's loop, is used outside it" in got.reason, got
 
 
 @pytest.mark.parametrize("change, reason", [
-    (("tmp4 = tmp2 + tmp3", "tmp4 = tl.permute(tmp2, (0, 1, 3, 2)) + tmp3"), "permute: it could move"),
+    (("tmp4 = tmp2 + tmp3", "tmp4 = tl.permute(tmp2, (0, 1, 3, 2)) + tmp3"), "calls tl.permute, which this check does not know"),
     (("tmp4 = tmp2 + tmp3", "tmp4 = triton_helpers.unknown_helper(tmp2) + tmp3"), "does not know"),
-    (("tmp4 = tmp2 + tmp3", "tmp4 = my_helper(tmp2) + tmp3"), "reads my_helper, which this check cannot place"),
+    (("tmp4 = tmp2 + tmp3", "tmp4 = my_helper(tmp2) + tmp3"), "calls my_helper(), which this check cannot read"),
     (("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tmp3\n                tl.atomic_add(in_ptr1 + x2, tmp4)"), "atomic_add"),
     (("tmp3 = tl.load(in_ptr1 + (x2 + 2048*y1 + 262144*z0)", "tmp3 = tl.load(in_out_ptr0 + (x2 + 2048*y1 + 1)"),
-     "in_out_ptr0 is loaded and stored at different offsets"),
+     "in_out_ptr0 is loaded and stored at different addresses"),
     (("tmp2 = tl.sum(tmp0, 0).reshape(1, Z0BLOCK_SUB, Y1BLOCK_SUB, X2BLOCK_SUB)",
       "tmp2 = tl.sum(tmp0, 0).reshape(1, Y1BLOCK_SUB, Z0BLOCK_SUB, X2BLOCK_SUB)"), "moves elements between axes"),
     (("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tmp3.reshape(1, Z0BLOCK_SUB * Y1BLOCK_SUB * X2BLOCK_SUB)"),
@@ -179,3 +180,79 @@ def test_the_check_mode_fails_naming_the_kernel_and_argument_where_a_widened_lau
 
     with pytest.raises(widening.WideningChanged, match=r"Triton kernel k: .* argument 0 \(1 elements differ\)"):
         widening.run_both_ways(wrong, "k", (out, source), {"X2BLOCK_SUB": 2}, {"X2BLOCK_SUB": 8}, lambda t: t)
+
+
+M = "x2_mask & y1_mask & z0_mask"
+A = "x2 + 2048*y1 + 262144*z0"
+LOAD3 = "tmp3 = tl.load(in_ptr1 + (x2 + 2048*y1 + 262144*z0), x2_mask & y1_mask & z0_mask)"
+
+
+#: a review's kernels that the first reading let widen although a wider sub-block would write other bits (or
+#: other memory): each must now keep its sub-blocks, saying why
+@pytest.mark.parametrize("old, new, reason", [
+    (STORE, f"tmp5 = tl.load(in_out_ptr0 + (x2 % 4 + 2048*y1 + 262144*z0))\n                "
+            f"tl.store(in_out_ptr0 + (x2 % 4 + 2048*y1 + 262144*z0), tmp5 + tmp4, {M})",
+     "not in_out_ptr0 plus axis indices times constants"),
+    (STORE, STORE + f"\n                tl.store(in_out_ptr0 + (x2 + 1 + 2048*y1 + 262144*z0), tmp3, {M})",
+     "in_out_ptr0 is stored at different addresses"),
+    (STORE, f"off = {A}\n                tmp5 = tl.load(in_out_ptr0 + off)\n                off = off + 1\n"
+            f"                tl.store(in_out_ptr0 + off, tmp5 + tmp4, {M})", "plus axis indices times constants"),
+    (STORE, f"out1 = in_out_ptr0 + 1\n                tl.store(out1 + ({A}), tmp4, {M})",
+     "the pointer in_out_ptr0 is used other than as the start"),
+    (STORE, f"tmp5 = tl.load(z0_numel*0 + in_out_ptr0 + ({A}), {M})\n                "
+            f"tl.store(in_out_ptr0 + (x2 + 1 + 2048*y1 + 262144*z0), tmp5 + tmp4, {M})",
+     "in_out_ptr0 is loaded and stored at different addresses"),
+    (STORE, STORE + "\n                return", "a Return statement"),
+    (STORE, f"if tmp4 != 0:\n                    {STORE}", "tests a block"),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tl.where((tmp3 > 0) and (tmp2 > 0), tmp2, tmp3)", "takes the truth of a block"),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tl.where(0.0 < tmp3 < 1.0, tmp2, tmp3)", "takes the truth of a block"),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 if tmp3 > 0 else tmp3", "takes the truth of a block"),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tl.softmax(tmp3)", "calls tl.softmax"),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tl.topk(tmp3, 8)", "calls tl.topk"),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + libdevice.set_element(tmp3, 0, 0.0)", "calls libdevice.set_element"),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + triton.language.cumsum(tmp3, 3)",
+     "triton.language: an attribute this check cannot follow"),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tl.standard.cumsum(tmp3, 3)", "a method this check cannot follow"),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tmp3 * tmp3.numel", "an attribute this check cannot follow"),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tmp3 * max(tmp3.shape)", "an attribute this check cannot follow"),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tmp3.T", "an attribute this check cannot follow"),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + triton_helpers.max2(a=tmp3, dim=3)", "its operands and axis not in place"),
+    (LOAD3, f"{LOAD3}\n                tmp5 = tmp3 + x2.reshape(X2BLOCK_SUB, 1, 1, 1)", "holds one axis in two positions"),
+    ("    base_x2= tl.arange", "    x2_numel = x2_numel - 16\n    base_x2= tl.arange", "x2_numel is assigned"),
+    ("tl.sum(tmp0, 0)", "tl.sum(axis=0)", "its input not where this check reads it"),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tl.sum(tmp3, 5)", "not a constant of the block"),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tl.sum(tmp3, 0, True)", "options this check does not read"),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tmp3\n                for i in my_range(4):\n                    pass",
+     "a loop at line"),
+])
+def test_a_kernel_a_review_found_widening_would_change_keeps_its_sub_blocks(old, new, reason):
+    assert old in SUM_ADD
+    got = plan(SUM_ADD.replace(old, new, 1))
+    assert reason in got.reason and not {"x2", "y1", "z0"} <= set(got.axes), got
+
+
+def test_a_source_that_is_not_a_def_or_names_an_axis_twice_is_read_as_not_widenable():
+    assert set(plan(SUM_ADD.replace("tl.sum(tmp0, 0)", "tl.sum(input=tmp0, axis=0)")).axes) == {"x2", "y1", "z0"}
+    assert widening.plan_source("kernel = triton.jit(lambda x: x)", ["x"]).reason == "its source is not a def"
+    assert "two BLOCK_SUB parameters name one axis" in widening.plan_source(
+        SUM_ADD, PARAMETERS + ["x2BLOCK_SUB"]).reason
+
+
+def test_a_store_whose_address_repeats_within_a_block_or_a_tensor_passed_twice_runs_as_launched(monkeypatch):
+    """A store's address is checked with the launch's sizes to give each element of a program's block its own
+    address (``0*x2`` gives one address to every x2; ``x2 + 16*y1`` repeats once x2 runs past 16); a tensor passed
+    as two arguments would let a load of one pointer see a store of the other."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.delenv(widening.AS_LAUNCHED_ENV, raising=False)
+    launch = _Launch()
+    kwargs = {"Z0BLOCK": 2, "Y1BLOCK": 128, "Z0BLOCK_SUB": 1, "Y1BLOCK_SUB": 32, "X2BLOCK_SUB": 16}
+    args = (None, None, None, 64, 128, 2048, 32)
+    for address in ("0*x2 + 2048*y1 + 262144*z0", "x2 + 16*y1 + 262144*z0"):
+        source = SUM_ADD.replace(STORE, f"tl.store(in_out_ptr0 + ({address}), tmp4, {M})")
+        monkeypatch.setattr(widening, "plan", lambda fn, names, source=source: widening.plan_source(source, names))
+        assert widening.widths(launch, args, kwargs) == (
+            {}, "sub-blocks as launched: a store's address could repeat within a program's block"), address
+    monkeypatch.setattr(widening, "plan", lambda fn, names: widening.plan_source(SUM_ADD, names))
+    same = torch.zeros(8)
+    assert widening.widths(launch, (torch.zeros(4), same, same, 64, 128, 2048, 32), kwargs) == (
+        {}, "sub-blocks as launched: two tensor arguments share memory")
