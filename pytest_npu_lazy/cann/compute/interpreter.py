@@ -68,7 +68,7 @@ import os
 import sys
 import types
 
-from . import batching, loops, widening
+from . import batching, gathers, loops, widening
 from .gap import NEEDS_A_DEVICE, InterpreterGap, MissingAttribute
 from .ledger import LEDGER, LOST, TRITON_INTERPRETER
 
@@ -329,8 +329,10 @@ def install_interpreter_shims(_loaded: str = "triton.runtime.interpreter") -> No
         if k > 1:  # the same rows, k programs' worth at a time (batching's docstring says when and why exact)
             self.grid = (launched[0] // k, 1, 1)
             kwargs = {**kwargs, batching.ROWS: kwargs[batching.ROWS] * k}
+        tensors = [value for value in (*args_dev, *kwargs.values()) if hasattr(value, "untyped_storage")]
+
         def run(launch_kwargs):
-            with numpy.errstate(all="ignore"), patched_once():
+            with numpy.errstate(all="ignore"), patched_once(), gathers.launch(tensors):
                 return original_call(self, *args_dev, **launch_kwargs)
 
         try:
@@ -354,6 +356,7 @@ def install_interpreter_shims(_loaded: str = "triton.runtime.interpreter") -> No
 
     _IN_FORCE["device numerics"] = "; ".join(numerics.install(interpreter))
     _IN_FORCE["device reductions"] = "; ".join(reductions.install(interpreter))
+    _IN_FORCE["loads gathered"] = gathers.install(interpreter)
     folded = loops.install(interpreter)
     if folded:
         _IN_FORCE["reduction loops folded"] = folded

@@ -39,7 +39,7 @@ before it is allowed, axis by axis:
 A reduction along another axis gives the same bits for a wide block as for a narrow one because a float sum
 is taken in an order that depends on the reduced row only (:func:`.reductions.accumulate`). ``BLOCK_SUB``
 grows in powers of two up to the extent, innermost axis first, while the block (every ``BLOCK_SUB`` of the
-kernel multiplied) stays within :data:`~.batching.MAX_BLOCK_ELEMENTS` and the loop touches the same indices as
+kernel multiplied) stays within :data:`WIDE_BLOCK_ELEMENTS` and the loop touches the same indices as
 launched (``ceil(extent / SUB) * SUB`` of them: nothing beyond what the launch as given computed, loaded or
 stored, whatever the kernel masks). Each launch's ledger entry says what
 was widened (``sub-blocks widened: x2 256 -> 2048, y1 1 -> 4: 2048 iterations as 64``) or why not.
@@ -55,11 +55,14 @@ import inspect
 import math
 import os
 
-from .batching import MAX_BLOCK_ELEMENTS
 from .layouts import SUFFIX, Plan, plan_source
 
 #: run every kernel with the sub-blocks it was launched with (``1``)
 AS_LAUNCHED_ENV = "PYTEST_NPU_LAZY_SUBBLOCKS_AS_LAUNCHED"
+#: the most elements a widened block may hold (every BLOCK_SUB multiplied): Triton's own limit on a block
+#: (``TRITON_MAX_TENSOR_NUMEL``), 4 MiB of float32, where an iteration's Python (about 1 ms for torch_npu's sum
+#: kernels) stops mattering beside its NumPy
+WIDE_BLOCK_ELEMENTS = 1 << 20
 #: run every widened launch both ways and compare every bit of every tensor argument (``1``)
 CHECK_ENV = "PYTEST_NPU_LAZY_SUBBLOCKS_CHECK"
 
@@ -112,7 +115,7 @@ def widths(executor, args: tuple, kwargs: dict) -> tuple[dict, str]:
         if not isinstance(extent, int) or extent < 1 or launched & (launched - 1):
             continue
         width, covered = launched, _covered(extent, launched)
-        while width < extent and block * 2 <= MAX_BLOCK_ELEMENTS and _covered(extent, width * 2) == covered:
+        while width < extent and block * 2 <= WIDE_BLOCK_ELEMENTS and _covered(extent, width * 2) == covered:
             width, block = width * 2, block * 2
         before *= -(-extent // launched)
         after *= -(-extent // width)
