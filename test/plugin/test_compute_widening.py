@@ -60,7 +60,10 @@ def test_torch_npus_sum_add_kernel_widens_every_pointwise_axis_innermost_last_in
     assert got.axes == {"z0": "Z0BLOCK_SUB", "y1": "Y1BLOCK_SUB", "x2": "X2BLOCK_SUB"}, got
     assert got.extents == {"z0": "Z0BLOCK", "y1": "Y1BLOCK", "x2": "x2_numel", "r3": "r3_numel"}, got
     assert got.order == ["z0", "y1", "x2"] and got.constants == {"R3BLOCK_SUB": 32} and not got.reason, got
-    assert got.stores == [(("x2", 1), ("y1", 2048), ("z0", 262144))], got  # the store's address, axis by axis
+    # the store's address, axis by axis: each index's coefficient as its factors (constants, parameters); and the
+    # axes its mask bounds to their extents (x2_mask = x2 < x2_numel, z0_mask = z0 < min(Z0BLOCK+z0_offset, ...))
+    assert got.stores == [((("x2", ()), ("y1", ("2048",)), ("z0", ("262144",))), ("x2", "y1", "z0"))], got
+    assert got.masked == ["x2", "y1", "z0"], got  # every load and store under each axis's own mask
 
 
 @pytest.mark.parametrize("change, kept, reason", [
@@ -132,19 +135,41 @@ def test_the_launch_widens_innermost_first_in_powers_of_two_within_the_block_lim
     args = (None, None, None, 64, 128, 2048, 32)
     kwargs = {"Z0BLOCK": 2, "Y1BLOCK": 128, "Z0BLOCK_SUB": 1, "Y1BLOCK_SUB": 32, "X2BLOCK_SUB": 16}
     wider, said = widening.widths(launch, args, kwargs)
-    # 32 (R3) * 1 * 32 * 16 = 16,384 elements launched; x2 grows to 256 and the block reaches 262,144
-    assert wider == {"X2BLOCK_SUB": 256} and said == "sub-blocks widened: x2 16 -> 256: 1024 iterations as 64", said
+    # 32 (R3) * 1 * 32 * 16 = 16,384 elements launched; x2 grows to 1024 and the block reaches Triton's 2^20
+    assert wider == {"X2BLOCK_SUB": 1024} and said == "sub-blocks widened: x2 16 -> 1024: 1024 iterations as 16", said
     wider, said = widening.widths(launch, args, {**kwargs, "Y1BLOCK_SUB": 1})
-    assert wider == {"X2BLOCK_SUB": 2048, "Y1BLOCK_SUB": 4}, (wider, said)
-    # an extent of 100 with sub-blocks of 16 touches 112 indices; 32 would touch 128: not one index more is taken
+    assert wider == {"X2BLOCK_SUB": 2048, "Y1BLOCK_SUB": 16}, (wider, said)
+    # every load and store is masked by x2's own mask: past its extent x2 touches no memory, so an extent of 100
+    # launched in sub-blocks of 16 (112 indices) widens to 128
     odd = (None, None, None, 64, 128, 100, 32)
     spanning = {**kwargs, "Z0BLOCK_SUB": 2, "Y1BLOCK_SUB": 128}
+    assert widening.widths(launch, odd, spanning)[0] == {"X2BLOCK_SUB": 128}
+    # one load not masked by x2's mask: a wider sub-block must touch the same indices as launched; 32 would touch 128
+    unmasked = SUM_ADD.replace(LOAD3, "tmp3 = tl.load(in_ptr1 + (x2 + 2048*y1 + 262144*z0), y1_mask & z0_mask)")
+    assert widening.plan_source(unmasked, PARAMETERS).masked == ["y1", "z0"]
+    monkeypatch.setattr(widening, "plan", lambda fn, names: widening.plan_source(unmasked, names))
     assert widening.widths(launch, odd, spanning) == (
         {}, "sub-blocks as launched: no wider sub-block touches the same indices within the size limit")
     assert widening.widths(launch, (None, None, None, 64, 128, 96, 32), spanning)[0] == {
         "X2BLOCK_SUB": 32}  # 96 = 6 * 16 = 3 * 32: the same 96 indices; 64 would touch 128
+    monkeypatch.setattr(widening, "plan", lambda fn, names: widening.plan_source(SUM_ADD, names))
     monkeypatch.setenv(widening.AS_LAUNCHED_ENV, "1")
     assert widening.widths(launch, args, kwargs) == ({}, f"sub-blocks as launched ({widening.AS_LAUNCHED_ENV}=1)")
+
+
+def test_a_dynamic_shapes_strides_are_read_at_the_launch(monkeypatch):
+    """A dynamic shape's kernel multiplies its indices by size parameters (``ks0*x2``): the address is one-to-one
+    for the sizes of one launch and not for another's, and the launch decides with its own."""
+    source = SUM_ADD.replace(STORE, f"tl.store(in_out_ptr0 + (x2 + y1_numel*x2_numel*z0 + x2_numel*y1), tmp4, {M})")
+    got = plan(source)
+    assert got.stores == [((("x2", ()), ("y1", ("x2_numel",)), ("z0", ("x2_numel", "y1_numel"))), ("x2", "y1", "z0"))]
+    monkeypatch.setattr(widening, "plan", lambda fn, names: widening.plan_source(source, names))
+    monkeypatch.delenv(widening.AS_LAUNCHED_ENV, raising=False)
+    kwargs = {"Z0BLOCK": 2, "Y1BLOCK": 128, "Z0BLOCK_SUB": 1, "Y1BLOCK_SUB": 32, "X2BLOCK_SUB": 16}
+    assert widening.widths(_Launch(), (None, None, None, 64, 128, 2048, 32), kwargs)[0] == {"X2BLOCK_SUB": 1024}
+    # y1's stride x2_numel = 2048 but y1_numel passed as 1: z0's stride 2048 meets y1's second row
+    assert widening.widths(_Launch(), (None, None, None, 64, 1, 2048, 32), kwargs) == (
+        {}, "sub-blocks as launched: a store's address could repeat within a program's block")
 
 
 def test_a_launch_whose_tensors_share_memory_or_whose_sub_blocks_span_their_axes_runs_as_launched(monkeypatch):
@@ -256,3 +281,23 @@ def test_a_store_whose_address_repeats_within_a_block_or_a_tensor_passed_twice_r
     same = torch.zeros(8)
     assert widening.widths(launch, (torch.zeros(4), same, same, 64, 128, 2048, 32), kwargs) == (
         {}, "sub-blocks as launched: two tensor arguments share memory")
+
+
+@pytest.mark.parametrize("mask, bounded", [
+    ("x2_mask & y1_mask & z0_mask", ("x2", "y1", "z0")),
+    ("x2_mask & y1_mask", ("x2", "y1")),
+    ("y1_mask & (x2 < 4096) & z0_mask", ("y1", "z0")),  # not x2's own mask: x2 may run to its sub-blocks' end
+])
+def test_a_store_under_an_axis_mask_writes_at_most_the_axis_extent(mask, bounded):
+    got = plan(SUM_ADD.replace(STORE, f"tl.store(in_out_ptr0 + ({A}), tmp4, {mask})"))
+    assert got.stores[0][1] == bounded, got
+
+
+def test_a_mask_bounds_its_axis_only_where_it_compares_the_index_with_its_own_extent():
+    """``z0 < min(Z0BLOCK + z0_offset, ...)`` bounds z0 to Z0BLOCK indices because z0 is offset by z0_offset; with
+    another offset, or another extent, the mask bounds nothing."""
+    other_offset = SUM_ADD.replace("z0_mask = z0 < min(Z0BLOCK+z0_offset, z0_numel)",
+                                   "z0_mask = z0 < min(Z0BLOCK+y1_offset, z0_numel)")
+    assert plan(other_offset).stores[0][1] == ("x2", "y1"), plan(other_offset)
+    other_extent = SUM_ADD.replace("x2_mask = x2 < x2_numel", "x2_mask = x2 < y1_numel")
+    assert plan(other_extent).stores[0][1] == ("y1", "z0"), plan(other_extent)

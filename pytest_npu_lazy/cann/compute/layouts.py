@@ -11,8 +11,9 @@ value carried from one of its sub-blocks to the next ...) is *disqualified*: it 
 reading starts again without it. Anything this reading cannot follow, or that could move or order elements
 whatever the axis (a permute, an atomic, an unknown call, a truth test of a block, a load and a store of one
 pointer at different addresses ...), *refuses* the whole kernel. Every store's address must be a pointer
-argument plus axis indices times integer constants (and fixed scalars): the launch checks, with the launch's
-sizes, that no two elements of a program's block ever share an address (:func:`.widening.widths`).
+argument plus axis indices, each times integer constants and parameters (a dynamic shape's strides), and fixed
+scalars: the launch checks, with the launch's sizes, that no two elements of a program's block ever share an
+address (:func:`.widening.widths`).
 """
 
 from __future__ import annotations
@@ -119,7 +120,11 @@ class Plan:
     subs: dict = field(default_factory=dict)  # every axis with an arange: the BLOCK_SUB (or constant) sizing it
     extents: dict = field(default_factory=dict)  # every axis with a loop over its sub-blocks: its extent's name
     constants: dict = field(default_factory=dict)  # BLOCK_SUB constants the kernel declares itself
-    stores: list = field(default_factory=list)  # each store's address: ((axis, coefficient), ...)
+    #: each store: its address ((axis, its coefficient's factors), ...) and the axes its mask bounds to their extents
+    stores: list = field(default_factory=list)
+    #: the axes every load and store of the kernel is masked to their extents by: past its extent such an axis's
+    #: elements touch no memory, so its sub-blocks may grow past the indices launched
+    masked: list = field(default_factory=list)
     reason: str = ""  # why nothing, or some axes, may not
 
 
@@ -144,6 +149,9 @@ class Layouts:
         self.stores: set = set()
         self.assigned = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         self.in_address = False
+        self.offsets: dict[str, tuple] = {}  # index name -> (axis, the program offset's name, None, or "?")
+        self.bounding: dict[str, str] = {}  # mask name -> the axis it bounds to its extent
+        self.masked: set[str] | None = None  # the axes every load and store is masked to their extents by
 
     def run(self) -> None:
         body = self.function.body
@@ -163,7 +171,10 @@ class Layouts:
 
     def statement(self, node: ast.stmt) -> None:
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            self.assign(node.targets[0], self.value(node.value))
+            value = self.value(node.value)
+            self.assign(node.targets[0], value)
+            if isinstance(node.targets[0], ast.Name):
+                self.note_index_or_mask(node.targets[0].id, node.value, value)
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
             name = node.target.id
             if name.endswith(SUFFIX) and isinstance(node.value, ast.Constant) and type(node.value.value) is int:
@@ -194,6 +205,27 @@ class Layouts:
                 self.assign(element, part)
         else:
             raise Refused(f"an assignment to {ast.unparse(target)} this check cannot follow")
+
+    def note_index_or_mask(self, name: str, node: ast.expr, value: object) -> None:
+        """Remember an axis's index (and the program offset added to it) and a mask that bounds the index to its
+        extent: ``a < a_numel`` of an index with no offset, ``a < min(ABLOCK + a_offset, a_numel)`` of one offset
+        by ``a_offset``. A store under such a mask writes at most ``extent`` of the axis's indices."""
+        self.offsets.pop(name, None)
+        self.bounding.pop(name, None)
+        if isinstance(value, Tile) and value.index_of:
+            terms = [t for t in _summands(node) if isinstance(t, ast.Name) and self.env.get(t.id) == SCALAR]
+            self.offsets[name] = (value.index_of, terms[0].id if len(terms) == 1 else None if not terms else "?")
+            return
+        if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Lt) and
+                isinstance(node.left, ast.Name) and node.left.id in self.offsets):
+            return
+        axis, offset = self.offsets[node.left.id]
+        extent, bound = self.extents.get(axis), node.comparators[0]
+        if offset is None and isinstance(bound, ast.Name) and bound.id == extent:
+            self.bounding[name] = axis
+        elif isinstance(bound, ast.Call) and ast.unparse(bound.func) == "min" and len(bound.args) == 2 and any(
+                {ast.unparse(t) for t in _summands(a)} == {extent, offset} for a in bound.args):
+            self.bounding[name] = axis
 
     def loop(self, node: ast.For) -> None:
         iterator = node.iter
@@ -500,13 +532,19 @@ class Layouts:
         others = [self.value(a) for a in (*node.args[1:], *(k.value for k in node.keywords))]
         pointer, canonical = self.address(address)
         where = self.value_of_address(address)
+        position = 1 if name == "load" else 2
+        mask = node.args[position] if len(node.args) > position else next(
+            (k.value for k in node.keywords if k.arg == "mask"), None)
+        bounded = sorted({self.bounding[m.id] for m in (_conjuncts(mask) if mask is not None else [])
+                          if isinstance(m, ast.Name) and m.id in self.bounding})
+        self.masked = set(bounded) if self.masked is None else self.masked & set(bounded)
         if name == "load":
             self.loaded.setdefault(pointer, set()).add(canonical)
             return self.combine([where, *others], None, node)
         if canonical is None:
             raise Refused(f"a store's address that is not {pointer} plus axis indices times constants")
         self.addresses.setdefault(pointer, set()).add(canonical)
-        self.stores.add(canonical[0])
+        self.stores.add((canonical[0], tuple(bounded)))
         held = {axis for axis, _ in canonical[0]}
         for axis in sorted(self.candidates - held):
             raise Disqualified(axis, f"a store's address does not depend on {axis}")
@@ -538,24 +576,46 @@ class Layouts:
         for term in terms:
             if term is pointers[0]:
                 continue
-            coefficient, index = 1, term
-            if isinstance(term, ast.BinOp) and isinstance(term.op, ast.Mult):
-                constant = [s for s in (term.left, term.right) if isinstance(s, ast.Constant)]
-                if len(constant) == 1 and type(constant[0].value) is int:
-                    coefficient, index = constant[0].value, term.right if term.left is constant[0] else term.left
-            value = self.value(index) if isinstance(index, ast.Name) else None
-            if isinstance(value, Tile) and value.index_of:
-                axes.append((value.index_of, coefficient))
-            elif all(isinstance(n, (ast.Constant, ast.BinOp, ast.UnaryOp, ast.operator, ast.unaryop,
-                                    ast.expr_context)) or (
-                    isinstance(n, ast.Name) and n.id in self.parameters and n.id not in self.assigned)
-                    for n in ast.walk(term)):
+            factors, pending = [], [term]
+            while pending:
+                factor = pending.pop()
+                if isinstance(factor, ast.BinOp) and isinstance(factor.op, ast.Mult):
+                    pending += [factor.left, factor.right]
+                else:
+                    factors.append(factor)
+            indices = [f for f in factors if isinstance(f, ast.Name) and isinstance(self.env.get(f.id), Tile)]
+            if len(indices) == 1 and self.env[indices[0].id].index_of and all(
+                    f is indices[0] or self.fixed(f) for f in factors):
+                coefficient = tuple(sorted(str(f.value) if isinstance(f, ast.Constant) else f.id
+                                           for f in factors if f is not indices[0]))
+                axes.append((self.env[indices[0].id].index_of, coefficient))
+            elif self.fixed(term):
                 fixed.append(ast.dump(term))
             else:
                 return pointers[0].id, None
         if len({axis for axis, _ in axes}) != len(axes):
             return pointers[0].id, None
         return pointers[0].id, (tuple(sorted(axes)), tuple(sorted(fixed)))
+
+    def fixed(self, node: ast.expr) -> bool:
+        """An integer constant or a parameter the kernel never assigns: a coefficient the launch can read."""
+        return (isinstance(node, ast.Constant) and type(node.value) is int) or (
+            isinstance(node, ast.Name) and node.id in self.parameters and node.id not in self.assigned
+            and not _POINTER.fullmatch(node.id) and not node.id.endswith(SUFFIX))
+
+
+def _summands(node: ast.expr) -> list[ast.expr]:
+    """The terms of ``a + b + c`` (the expression itself where it is not a sum)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _summands(node.left) + _summands(node.right)
+    return [node]
+
+
+def _conjuncts(node: ast.expr) -> list[ast.expr]:
+    """The operands of ``a & b & c``."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitAnd):
+        return _conjuncts(node.left) + _conjuncts(node.right)
+    return [node]
 
 
 def merge(tiles: list[Tile], node: ast.AST) -> Tile:
@@ -604,4 +664,5 @@ def plan_source(source: str, parameters: list[str]) -> Plan:
     order = positions(function, candidates)
     return Plan({axis: next(p for p in subs if axis_of(p) == axis) for axis in candidates}, order, layouts.subs,
                 layouts.extents, layouts.constants, sorted(layouts.stores),
+                sorted((layouts.masked or set()) & candidates),
                 "; ".join(reasons) or ("" if candidates else "no BLOCK_SUB parameter"))

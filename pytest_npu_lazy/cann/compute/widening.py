@@ -39,9 +39,11 @@ before it is allowed, axis by axis:
 A reduction along another axis gives the same bits for a wide block as for a narrow one because a float sum
 is taken in an order that depends on the reduced row only (:func:`.reductions.accumulate`). ``BLOCK_SUB``
 grows in powers of two up to the extent, innermost axis first, while the block (every ``BLOCK_SUB`` of the
-kernel multiplied) stays within :data:`WIDE_BLOCK_ELEMENTS` and the loop touches the same indices as
+kernel multiplied) stays within :data:`WIDE_BLOCK_ELEMENTS`, and the loop touches the same indices as
 launched (``ceil(extent / SUB) * SUB`` of them: nothing beyond what the launch as given computed, loaded or
-stored, whatever the kernel masks). Each launch's ledger entry says what
+stored) unless every load and store of the kernel is masked by the axis's own mask (``a < a_numel``, or
+``a < min(ABLOCK + a_offset, a_numel)`` for an index offset by ``a_offset``): past its extent such an axis's
+elements touch no memory, and nothing mixes them into another element. Each launch's ledger entry says what
 was widened (``sub-blocks widened: x2 256 -> 2048, y1 1 -> 4: 2048 iterations as 64``) or why not.
 ``PYTEST_NPU_LAZY_SUBBLOCKS_AS_LAUNCHED=1`` runs every kernel with the sub-blocks it was launched with;
 ``PYTEST_NPU_LAZY_SUBBLOCKS_CHECK=1`` runs every widened launch both ways and fails, naming the kernel, if
@@ -103,7 +105,7 @@ def widths(executor, args: tuple, kwargs: dict) -> tuple[dict, str]:
     if not all(isinstance(v, int) and v >= 1 for v in sizes.values()):
         return {}, "sub-blocks as launched: a BLOCK_SUB not passed as an integer"
     spans = _spans(decided, bound)
-    if spans is None or any(not _distinct(store, spans) for store in decided.stores):
+    if spans is None or any(not _distinct(store, spans, bound, decided.extents) for store in decided.stores):
         return {}, "sub-blocks as launched: a store's address could repeat within a program's block"
     block = math.prod(sizes.values())
     wider: dict[str, int] = {}
@@ -115,7 +117,8 @@ def widths(executor, args: tuple, kwargs: dict) -> tuple[dict, str]:
         if not isinstance(extent, int) or extent < 1 or launched & (launched - 1):
             continue
         width, covered = launched, _covered(extent, launched)
-        while width < extent and block * 2 <= WIDE_BLOCK_ELEMENTS and _covered(extent, width * 2) == covered:
+        free = axis in decided.masked  # past its extent, its elements touch no memory
+        while width < extent and block * 2 <= WIDE_BLOCK_ELEMENTS and (free or _covered(extent, width * 2) == covered):
             width, block = width * 2, block * 2
         before *= -(-extent // launched)
         after *= -(-extent // width)
@@ -151,14 +154,27 @@ def _spans(decided: Plan, bound: dict) -> dict | None:
     return spans
 
 
-def _distinct(store: tuple, spans: dict) -> bool:
+def _distinct(store: tuple, spans: dict, bound: dict, extents: dict) -> bool:
     """No two elements of a block store to one address: ``sum(coefficient * index)`` is one-to-one where, taken by
-    growing coefficient, each coefficient exceeds the largest offset of the terms before it (a mixed radix)."""
-    reach = 0
-    for axis, coefficient in sorted(store, key=lambda term: term[1]):
-        if axis not in spans or coefficient <= reach:
+    growing coefficient, each coefficient exceeds the largest offset of the terms before it (a mixed radix). A
+    coefficient is the product of its factors: integer constants and parameters, read at this launch. An axis the
+    store's mask bounds to its extent spans at most the extent."""
+    address, bounded = store
+    terms = []
+    for axis, factors in address:
+        values = [int(f) if f.lstrip("-").isdigit() else bound.get(f) for f in factors]
+        if axis not in spans or not all(isinstance(v, int) for v in values):
             return False
-        reach += coefficient * (spans[axis] - 1)
+        span = spans[axis]
+        extent = bound.get(extents.get(axis, ""))
+        if axis in bounded and isinstance(extent, int):
+            span = min(span, max(extent, 1))
+        terms.append((math.prod(values), span))
+    reach = 0
+    for coefficient, span in sorted(terms):
+        if coefficient <= reach:
+            return False
+        reach += coefficient * (span - 1)
     return True
 
 
