@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from testutils import MARKS, kernels_since, write_with_the_no_linear_codegen
+from testutils import MARKS, bits, kernels_since, write_with_the_no_linear_codegen
 
 pytestmark = MARKS
 
@@ -34,13 +34,6 @@ CASES = {
     "softmax": ((2048, 200), lambda a, b: a.softmax(-1) * b[:, None], lambda s: (s[0],)),
     "var_mean": ((1024, 300), _var, lambda s: (s[0],)),
 }
-
-
-def _bits(tensor):
-    import torch
-
-    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
-    return tensor.cpu().contiguous().view(view)
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -63,5 +56,5 @@ def test_programs_run_together_give_the_bits_of_programs_run_one_by_one(name, mo
         details[schedule] = [e.detail for e in LEDGER.since(start) if e.by == TRITON_INTERPRETER]
     assert all("programs one by one" in d for d in details["1"]), details["1"]
     assert any(" at a time (" in d for d in details["0"]), f"no launch ran merged: {details['0']}"
-    same = torch.equal(_bits(results["0"]), _bits(results["1"]))
+    same = torch.equal(bits(results["0"]), bits(results["1"]))
     assert same, f"{name}: programs run together differ from one by one ({details['0']})"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from testutils import MARKS, kernels_since, write_with_the_no_linear_codegen
+from testutils import MARKS, bits, kernels_since, write_with_the_no_linear_codegen
 
 
 pytestmark = MARKS
@@ -62,13 +62,6 @@ def _input(shape, dtype, name):
     return tensor.npu()
 
 
-def _bits(tensor):
-    import torch
-
-    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
-    return tensor.cpu().contiguous().view(view)
-
-
 @pytest.mark.parametrize("name", CASES)
 def test_loop_iterations_run_together_give_the_bits_of_iterations_run_one_by_one(name, monkeypatch):
     write_with_the_no_linear_codegen(monkeypatch)  # its loops: for r0_offset in tl.range(0, r0_numel, R0_BLOCK)
@@ -108,7 +101,7 @@ def _both_schedules(name, monkeypatch, codegen: str) -> None:
     assert all(f"written by torch_npu's {codegen}" in d for d in details["0"]), details["0"]
     assert any("iteration by iteration (" in d for d in details["1"]), details["1"]
     assert any(expected in d for d in details["0"]), f"the loop did not say {expected!r}: {details['0']}"
-    same = torch.equal(_bits(results["0"]), _bits(results["1"]))
+    same = torch.equal(bits(results["0"]), bits(results["1"]))
     assert same, (f"{name}: loop iterations run together differ from one by one: {results['0']} against "
                   f"{results['1']} ({details['0']})")
 
@@ -154,7 +147,7 @@ def test_a_loop_of_any_accumulator_type_folds_to_the_bits_of_its_iterations(dtyp
         outputs[schedule] = out
         details[schedule] = [e.detail for e in LEDGER.since(start) if e.by == TRITON_INTERPRETER]
     assert any("250 iterations as" in d for d in details["0"]), details["0"]
-    assert torch.equal(_bits(outputs["0"]), _bits(outputs["1"])), (outputs["0"], outputs["1"], details["0"])
+    assert torch.equal(bits(outputs["0"]), bits(outputs["1"])), (outputs["0"], outputs["1"], details["0"])
 
 
 def test_an_accumulator_the_sum_grows_by_broadcasting_folds_as_the_loop_grows_it(monkeypatch):
@@ -191,7 +184,7 @@ def test_an_accumulator_the_sum_grows_by_broadcasting_folds_as_the_loop_grows_it
         outputs[schedule] = out
         details[schedule] = [e.detail for e in LEDGER.since(start) if e.by == TRITON_INTERPRETER]
     assert any("125 iterations as" in d for d in details["0"]), details["0"]
-    assert torch.equal(_bits(outputs["0"]), _bits(outputs["1"])), (outputs["0"], outputs["1"])
+    assert torch.equal(bits(outputs["0"]), bits(outputs["1"])), (outputs["0"], outputs["1"])
 
 
 def test_the_fold_equals_the_iterated_where_bit_for_bit_and_keeps_a_lane_no_iteration_added_to():

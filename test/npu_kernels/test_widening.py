@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from testutils import MARKS, kernels_since
+from testutils import MARKS, bits, kernels_since
 
 pytestmark = MARKS
 
@@ -32,13 +32,6 @@ CASES = {
     "to_bfloat16": ((256, 16384), lambda a, b: a.bfloat16() * 3 + b.bfloat16(), lambda s: s),
     "var_mean": ((4096, 300), _var, lambda s: (s[0],)),
 }
-
-
-def _bits(tensor):
-    import torch
-
-    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
-    return tensor.cpu().contiguous().view(view)
 
 
 @pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled by torch.compiler.config.force_disable_caches")
@@ -61,7 +54,7 @@ def test_sub_blocks_run_wide_give_the_bits_of_sub_blocks_as_launched(name, monke
         details[as_launched] = [e.detail for e in LEDGER.since(start) if e.by == TRITON_INTERPRETER]
     assert not any("sub-blocks widened" in d for d in details["1"]), details["1"]
     assert any("sub-blocks widened" in d for d in details["0"]), f"no launch widened: {details['0']}"
-    same = torch.equal(_bits(results["0"]), _bits(results["1"]))
+    same = torch.equal(bits(results["0"]), bits(results["1"]))
     assert same, f"{name}: sub-blocks run wide differ from as launched ({details['0']})"
 
 

@@ -103,6 +103,14 @@ def compile_and_compare(op, *inputs, rtol=None, atol=None, equal_nan=False):
     return compiled
 
 
+def bits(tensor):
+    """A tensor's bits as integers of its width, on the host: two results are the same bits where these are equal."""
+    import torch
+
+    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
+    return tensor.cpu().contiguous().view(view)
+
+
 def kernels_since(index: int) -> list[str]:
     """The Triton kernels Triton's interpreter ran since ledger entry ``index`` (compute mode)."""
     from pytest_npu_lazy.cann.compute import LEDGER, TRITON_INTERPRETER

@@ -57,7 +57,7 @@ def gather(pointers: np.ndarray, mask: np.ndarray, other: np.ndarray | None, dty
     if int(offsets.max()) + itemsize > end - start or (offsets % np.uint64(itemsize)).any():
         return None  # a pointer outside this storage (below it wraps around), or not aligned to the element
     memory = (ctypes.c_char * (end - start)).from_address(start)
-    view = np.frombuffer(memory, dtype=np.uint8, count=(end - start) // itemsize * itemsize).view(dtype)
+    view = np.frombuffer(memoryview(memory), dtype=np.uint8, count=(end - start) // itemsize * itemsize).view(dtype)
     values = view[offsets // np.uint64(itemsize)]
     if other is None:
         return np.where(mask, values, np.zeros((), dtype=dtype))

@@ -38,7 +38,12 @@ import contextlib
 import types
 from collections.abc import Iterator
 
+from typing import TYPE_CHECKING
+
 from .ledger import LEDGER, TRITON_INTERPRETER
+
+if TYPE_CHECKING:  # the probe's annotation, read by Triton's frontend at a check; nothing imports triton here
+    import triton.language as tl
 
 #: The language objects the interpreter patches at its first launch (``_patch_lang``): their pristine members.
 _PRISTINE: list[tuple[object, dict[str, object]]] = []
@@ -99,7 +104,7 @@ _VIEWS: dict[object, object] = {}
 _PROBE_MODULE = "pytest_npu_lazy.mutate.trace"
 
 
-def _probe_as_compiled(name: tl.constexpr):  # noqa: F821 (a string annotation, read by Triton's frontend only)
+def _probe_as_compiled(name: tl.constexpr):
     pass
 
 

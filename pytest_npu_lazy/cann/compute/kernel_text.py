@@ -1,12 +1,14 @@
-"""Reading a kernel's source for :mod:`.layouts`: where a call's arguments are, the loop count an index-codegen
+"""Reading a kernel's source for :mod:`.layouts` and :mod:`.addresses`: the values the reading gives names (a block's
+layout, a scalar tied to an axis's sub-blocks), where a call's arguments are, the loop count an index-codegen
 kernel computes, and which names a loop carries from one iteration to the next or leaves for after it.
-
-Plain functions of the ``ast``: nothing here knows layouts, so each can be read (and tested) on its own.
 """
 
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
+
+SUFFIX = "BLOCK_SUB"
 
 
 class Disqualified(Exception):
@@ -19,6 +21,36 @@ class Disqualified(Exception):
 
 class Refused(Exception):
     """The whole kernel runs as launched."""
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A block-shaped value: the axis each position holds (None: size 1). ``arange_of``: an axis's ``arange`` (and
+    ``[None, :]`` views of it); ``index_of``: an axis's index (its arange plus fixed scalars, or its sub-block
+    offset), ``looped`` when that offset moves from one loop iteration to the next."""
+
+    axes: tuple
+    arange_of: str | None = None
+    index_of: str | None = None
+    looped: bool = False
+
+
+@dataclass(frozen=True)
+class Marked:
+    """A scalar tied to an axis's sub-blocks: its ``BLOCK_SUB`` ("sub"), loop count, loop variable or offset."""
+
+    kind: str
+    axis: str
+    extent: str = ""
+
+
+SCALAR = "scalar"  # fixed within a program
+LOOPED = "looped"  # changes from one loop iteration to the next
+MODULE = "module"
+
+
+def axis_of(name: str) -> str:
+    return name[: -len(SUFFIX)].lower()
 
 
 NOT_CONSTANT = object()

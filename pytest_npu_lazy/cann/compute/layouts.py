@@ -19,99 +19,40 @@ address (:func:`.widening.widths`).
 from __future__ import annotations
 
 import ast
-import re
 import textwrap
 from dataclasses import dataclass, field
 
-from .kernel_text import (NOT_CONSTANT, Disqualified, Refused, argument, carried_or_read_after, constant_axis,
-                          loop_count, positions)
+from .addresses import POINTER, Accesses
+from .kernel_text import (LOOPED, MODULE, NOT_CONSTANT, SCALAR, SUFFIX, Disqualified, Marked, Refused, Tile, argument,
+                          axis_of, carried_or_read_after, constant_axis, loop_count, positions)
 from .libdevice import FUNCTIONS as LIBDEVICE_FUNCTIONS
 
 
-SUFFIX = "BLOCK_SUB"
-#: Inductor's names for a kernel's pointer arguments
-
-
-_POINTER = re.compile(r"(in_out_ptr|in_ptr|out_ptr)\d+$")
-
-
 _TL_REDUCTIONS = {"sum", "max", "min", "argmax", "argmin", "reduce", "xor_sum", "reduce_or"}
-
-
 _TL_SCANS = {"cumsum", "cumprod", "associative_scan"}
 #: torch's and torch_npu's triton_helpers that reduce: (position of the axis argument, values returned)
-
-
 _HELPER_REDUCTIONS = {"prod": (1, 1), "min2": (1, 1), "max2": (1, 1), "any": (1, 1), "max_with_index": (2, 2),
                       "min_with_index": (2, 2), "welford": (3, 3), "online_softmax_reduce": (2, 2),
                       "select_one": (2, 1)}
 #: triton_helpers that compute element by element: values returned
-
-
 _HELPER_ELEMENTWISE = {"promote_to_tensor": 1, "is_floating": 1, "div_floor_integer": 1, "remainder_integer": 1,
                        "pow_integer": 1, "minimum": 1, "maximum": 1, "minimum_with_index": 2,
                        "maximum_with_index": 2, "exp": 1, "online_softmax_combine": 2, "welford_reduce": 3,
                        "welford_combine": 3, "frexp": 2, "fp8e4m3fn_to_float32": 1, "device_assert_then": 1}
 #: functions of triton.language, its math, and libdevice that compute element by element (anything else refuses)
-
-
 _ELEMENTWISE = {
     "where", "maximum", "minimum", "abs", "exp", "exp2", "log", "log2", "cos", "sin", "sqrt", "sqrt_rn", "rsqrt",
     "sigmoid", "fma", "floor", "ceil", "erf", "div_rn", "fdiv", "cdiv", "clamp", "umulhi", "cast", "multiple_of",
     "max_contiguous", "max_constancy", "static_assert", "device_assert", "static_print", "rand", "randn",
     "randint", "fmod", "copysign", "nextafter", "hypot", "atan2", "cbrt", "lgamma", "erfinv", "fabs", "fmax",
     "fmin", "logb", "softplus", "sign", "neg", "isinf", "isnan", *LIBDEVICE_FUNCTIONS}
-
-
 _ELEMENTWISE_MODULES = {"tl", "libdevice", "tl_math", "math", "extension"}
-
-
 _MODULES = _ELEMENTWISE_MODULES | {"triton_helpers"}
-
-
 _SCALAR_BUILTINS = {"min", "max", "abs", "int", "float", "bool"}
-
-
 _LOOPS = {"range", "tl.range", "tl.static_range"}
 
 
-@dataclass(frozen=True)
-
-
-class Tile:
-    """A block-shaped value: the axis each position holds (None: size 1). ``arange_of``: an axis's ``arange`` (and
-    ``[None, :]`` views of it); ``index_of``: an axis's index (its arange plus fixed scalars, or its sub-block
-    offset), ``looped`` when that offset moves from one loop iteration to the next."""
-
-    axes: tuple
-    arange_of: str | None = None
-    index_of: str | None = None
-    looped: bool = False
-
-
-@dataclass(frozen=True)
-
-
-class Marked:
-    """A scalar tied to an axis's sub-blocks: its ``BLOCK_SUB`` ("sub"), loop count, loop variable or offset."""
-
-    kind: str
-    axis: str
-    extent: str = ""
-
-
-SCALAR = "scalar"  # fixed within a program
-
-
-LOOPED = "looped"  # changes from one loop iteration to the next
-
-
-MODULE = "module"
-
-
 @dataclass
-
-
 class Plan:
     """What may run wide: axis -> its ``BLOCK_SUB`` parameter; and what the launch needs to size and check it."""
 
@@ -128,11 +69,7 @@ class Plan:
     reason: str = ""  # why nothing, or some axes, may not
 
 
-def axis_of(name: str) -> str:
-    return name[: -len(SUFFIX)].lower()
-
-
-class Layouts:
+class Layouts(Accesses):
     """One pass over a kernel's body that follows every value's layout (the module docstring says what for)."""
 
     def __init__(self, function: ast.FunctionDef, parameters: list[str], candidates: set[str]) -> None:
@@ -144,14 +81,12 @@ class Layouts:
         self.subs: dict[str, str] = {}
         self.extents: dict[str, str] = {}
         self.constants: dict[str, int] = {}
-        self.addresses: dict[str, set] = {}  # pointer -> the canonical addresses it is stored at
-        self.loaded: dict[str, set] = {}  # pointer -> the canonical addresses it is loaded at (None: unreadable)
-        self.stores: set = set()
+        self.addresses = {}
+        self.loaded = {}
+        self.stores = set()
         self.assigned = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         self.in_address = False
-        self.offsets: dict[str, tuple] = {}  # index name -> (axis, the program offset's name, None, or "?")
-        self.bounding: dict[str, str] = {}  # mask name -> the axis it bounds to its extent
-        self.masked: set[str] | None = None  # the axes every load and store is masked to their extents by
+        self.offsets, self.bounding, self.masked = {}, {}, None  # Accesses says what each holds
 
     def run(self) -> None:
         body = self.function.body
@@ -206,27 +141,6 @@ class Layouts:
         else:
             raise Refused(f"an assignment to {ast.unparse(target)} this check cannot follow")
 
-    def note_index_or_mask(self, name: str, node: ast.expr, value: object) -> None:
-        """Remember an axis's index (and the program offset added to it) and a mask that bounds the index to its
-        extent: ``a < a_numel`` of an index with no offset, ``a < min(ABLOCK + a_offset, a_numel)`` of one offset
-        by ``a_offset``. A store under such a mask writes at most ``extent`` of the axis's indices."""
-        self.offsets.pop(name, None)
-        self.bounding.pop(name, None)
-        if isinstance(value, Tile) and value.index_of:
-            terms = [t for t in _summands(node) if isinstance(t, ast.Name) and self.env.get(t.id) == SCALAR]
-            self.offsets[name] = (value.index_of, terms[0].id if len(terms) == 1 else None if not terms else "?")
-            return
-        if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Lt) and
-                isinstance(node.left, ast.Name) and node.left.id in self.offsets):
-            return
-        axis, offset = self.offsets[node.left.id]
-        extent, bound = self.extents.get(axis), node.comparators[0]
-        if offset is None and isinstance(bound, ast.Name) and bound.id == extent:
-            self.bounding[name] = axis
-        elif isinstance(bound, ast.Call) and ast.unparse(bound.func) == "min" and len(bound.args) == 2 and any(
-                {ast.unparse(t) for t in _summands(a)} == {extent, offset} for a in bound.args):
-            self.bounding[name] = axis
-
     def loop(self, node: ast.For) -> None:
         iterator = node.iter
         if not (isinstance(node.target, ast.Name) and isinstance(iterator, ast.Call) and not node.orelse
@@ -269,7 +183,7 @@ class Layouts:
 
     # -- expressions -----------------------------------------------------------------------------------------------
     def name(self, name: str) -> object:
-        if _POINTER.fullmatch(name) and name in self.parameters and not self.in_address:
+        if POINTER.fullmatch(name) and name in self.parameters and not self.in_address:
             raise Refused(f"the pointer {name} is used other than as the start of a load's or store's address")
         if name in self.env:
             return self.env[name]
@@ -325,7 +239,8 @@ class Layouts:
         elements = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         if not isinstance(operand, Tile):
             raise Refused(f"{ast.unparse(node)}: an index this check cannot follow")
-        positions, axes = iter(operand.axes), []
+        positions = iter(operand.axes)
+        axes: list[str | None] = []
         for element in elements:
             if isinstance(element, ast.Constant) and element.value is None:
                 axes.append(None)
@@ -356,7 +271,7 @@ class Layouts:
             return merge(tiles, node)
         return LOOPED if looped else SCALAR
 
-    def marked(self, operands: list, marked: list, op, node: ast.AST) -> object:
+    def marked(self, operands: list, marked: list[Marked], op, node: ast.AST) -> object:
         """Arithmetic with an axis's ``BLOCK_SUB``, loop variable or offset: only its index's own forms."""
         axis = marked[0].axis
         kinds = sorted(o.kind for o in marked)
@@ -448,9 +363,9 @@ class Layouts:
                                                          node.args[0].value == 0):
             raise Refused(f"{ast.unparse(node)}: an arange this check cannot follow")
         size = node.args[1]
-        if isinstance(size, ast.Name) and isinstance(self.env.get(size.id), Marked) and \
-                self.env[size.id].kind == "sub":
-            axis = self.env[size.id].axis
+        sub = self.env.get(size.id) if isinstance(size, ast.Name) else None
+        if isinstance(size, ast.Name) and isinstance(sub, Marked) and sub.kind == "sub":
+            axis = sub.axis
             if self.subs.setdefault(axis, size.id) != size.id:
                 raise Refused(f"two BLOCK_SUB size the arange of {axis}")
             return Tile((axis,), arange_of=axis)
@@ -460,8 +375,9 @@ class Layouts:
         """The axis a size names: a ``BLOCK_SUB``'s axis, None for 1, else the size's own text (an axis of its own)."""
         if isinstance(node, ast.Constant) and node.value == 1:
             return None
-        if isinstance(node, ast.Name) and isinstance(self.env.get(node.id), Marked) and self.env[node.id].kind == "sub":
-            return self.env[node.id].axis
+        named = self.env.get(node.id) if isinstance(node, ast.Name) else None
+        if isinstance(named, Marked) and named.kind == "sub":
+            return named.axis
         if isinstance(node, ast.Name) and self.env.get(node.id) == SCALAR:
             return f"<{node.id}>"
         if isinstance(node, ast.Constant) and type(node.value) is int:
@@ -526,97 +442,6 @@ class Layouts:
                 del axes[axis]
             result = Tile(tuple(axes))
         return result if outputs == 1 else (result,) * outputs
-
-    def memory(self, name: str, node: ast.Call) -> object:
-        address = argument(node, 0, "pointer")
-        others = [self.value(a) for a in (*node.args[1:], *(k.value for k in node.keywords))]
-        pointer, canonical = self.address(address)
-        where = self.value_of_address(address)
-        position = 1 if name == "load" else 2
-        mask = node.args[position] if len(node.args) > position else next(
-            (k.value for k in node.keywords if k.arg == "mask"), None)
-        bounded = sorted({self.bounding[m.id] for m in (_conjuncts(mask) if mask is not None else [])
-                          if isinstance(m, ast.Name) and m.id in self.bounding})
-        self.masked = set(bounded) if self.masked is None else self.masked & set(bounded)
-        if name == "load":
-            self.loaded.setdefault(pointer, set()).add(canonical)
-            return self.combine([where, *others], None, node)
-        if canonical is None:
-            raise Refused(f"a store's address that is not {pointer} plus axis indices times constants")
-        self.addresses.setdefault(pointer, set()).add(canonical)
-        self.stores.add((canonical[0], tuple(bounded)))
-        held = {axis for axis, _ in canonical[0]}
-        for axis in sorted(self.candidates - held):
-            raise Disqualified(axis, f"a store's address does not depend on {axis}")
-        return self.combine([where, *others], None, node)
-
-    def value_of_address(self, address: ast.expr) -> object:
-        self.in_address = True
-        try:
-            return self.value(address)
-        finally:
-            self.in_address = False
-
-    def address(self, address: ast.expr) -> tuple[str, tuple | None]:
-        """(pointer, canonical form: ((axis, coefficient), ...), fixed scalar terms) of ``pointer + terms``; the
-        form is None where a term is anything else."""
-        terms, pending = [], [address]
-        while pending:
-            term = pending.pop()
-            if isinstance(term, ast.BinOp) and isinstance(term.op, ast.Add):
-                pending += [term.left, term.right]
-            else:
-                terms.append(term)
-        pointers = [t for t in terms if isinstance(t, ast.Name) and t.id in self.parameters and
-                    _POINTER.fullmatch(t.id)]
-        named = {n.id for n in ast.walk(address) if isinstance(n, ast.Name) and _POINTER.fullmatch(n.id)}
-        if len(pointers) != 1 or len(named) != 1:
-            raise Refused(f"{ast.unparse(address)[:80]}: an address that is not one pointer argument plus an offset")
-        axes, fixed = [], []
-        for term in terms:
-            if term is pointers[0]:
-                continue
-            factors, pending = [], [term]
-            while pending:
-                factor = pending.pop()
-                if isinstance(factor, ast.BinOp) and isinstance(factor.op, ast.Mult):
-                    pending += [factor.left, factor.right]
-                else:
-                    factors.append(factor)
-            indices = [f for f in factors if isinstance(f, ast.Name) and isinstance(self.env.get(f.id), Tile)]
-            if len(indices) == 1 and self.env[indices[0].id].index_of and all(
-                    f is indices[0] or self.fixed(f) for f in factors):
-                coefficient = tuple(sorted(str(f.value) if isinstance(f, ast.Constant) else f.id
-                                           for f in factors if f is not indices[0]))
-                axes.append((self.env[indices[0].id].index_of, coefficient))
-            elif self.fixed(term):
-                fixed.append(ast.dump(term))
-            else:
-                return pointers[0].id, None
-        if len({axis for axis, _ in axes}) != len(axes):
-            return pointers[0].id, None
-        return pointers[0].id, (tuple(sorted(axes)), tuple(sorted(fixed)))
-
-    def fixed(self, node: ast.expr) -> bool:
-        """An integer constant or a parameter the kernel never assigns: a coefficient the launch can read."""
-        return (isinstance(node, ast.Constant) and type(node.value) is int) or (
-            isinstance(node, ast.Name) and node.id in self.parameters and node.id not in self.assigned
-            and not _POINTER.fullmatch(node.id) and not node.id.endswith(SUFFIX))
-
-
-def _summands(node: ast.expr) -> list[ast.expr]:
-    """The terms of ``a + b + c`` (the expression itself where it is not a sum)."""
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return _summands(node.left) + _summands(node.right)
-    return [node]
-
-
-def _conjuncts(node: ast.expr) -> list[ast.expr]:
-    """The operands of ``a & b & c``."""
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitAnd):
-        return _conjuncts(node.left) + _conjuncts(node.right)
-    return [node]
-
 
 def merge(tiles: list[Tile], node: ast.AST) -> Tile:
     rank = len(tiles[0].axes)

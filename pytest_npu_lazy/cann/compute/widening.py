@@ -100,9 +100,10 @@ def widths(executor, args: tuple, kwargs: dict) -> tuple[dict, str]:
     bound = {**dict(zip(names, args)), **kwargs, **decided.constants}
     if _sharing_memory([value for value in bound.values() if hasattr(value, "untyped_storage")]):
         return {}, "sub-blocks as launched: two tensor arguments share memory"
-    sizes = {name: bound.get(name) for name in names if name.endswith(SUFFIX)}
-    sizes.update(decided.constants)
-    if not all(isinstance(v, int) and v >= 1 for v in sizes.values()):
+    given = {name: bound.get(name) for name in names if name.endswith(SUFFIX)}
+    given.update(decided.constants)
+    sizes = {name: value for name, value in given.items() if isinstance(value, int) and value >= 1}
+    if len(sizes) != len(given):
         return {}, "sub-blocks as launched: a BLOCK_SUB not passed as an integer"
     spans = _spans(decided, bound)
     if spans is None or any(not _distinct(store, spans, bound, decided.extents) for store in decided.stores):
@@ -162,8 +163,9 @@ def _distinct(store: tuple, spans: dict, bound: dict, extents: dict) -> bool:
     address, bounded = store
     terms = []
     for axis, factors in address:
-        values = [int(f) if f.lstrip("-").isdigit() else bound.get(f) for f in factors]
-        if axis not in spans or not all(isinstance(v, int) for v in values):
+        read = [int(f) if f.lstrip("-").isdigit() else bound.get(f) for f in factors]
+        values = [v for v in read if isinstance(v, int)]
+        if axis not in spans or len(values) != len(read):
             return False
         span = spans[axis]
         extent = bound.get(extents.get(axis, ""))
