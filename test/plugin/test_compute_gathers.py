@@ -67,3 +67,10 @@ def test_a_load_the_gather_cannot_prove_in_bounds_aligned_or_worth_it_goes_to_th
         masked_out[:16] = False  # the lanes whose pointers fall below the start are masked: their other values
         got = gathers.gather(below, masked_out, np.full(8192, -1.0, np.float32), float32)
         assert got is not None and (got[:16] == -1.0).all() and (got[16:] == np.arange(8192)[:-16]).all()
+
+
+def test_a_gather_leaves_an_other_of_another_dtype_to_the_helper():
+    tensor = torch.arange(8192, dtype=torch.float32)
+    pointers = (tensor.data_ptr() + np.arange(8192) * 4).astype(np.uint64)
+    with gathers.launch([tensor]):
+        assert gathers.gather(pointers, np.ones(8192, bool), np.zeros(8192, np.float64), np.dtype(np.float32)) is None

@@ -58,7 +58,8 @@ def plan(source: str) -> widening.Plan:
 def test_torch_npus_sum_add_kernel_widens_every_pointwise_axis_innermost_last_in_order():
     got = plan(SUM_ADD)
     assert got.axes == {"z0": "Z0BLOCK_SUB", "y1": "Y1BLOCK_SUB", "x2": "X2BLOCK_SUB"}, got
-    assert got.extents == {"z0": "Z0BLOCK", "y1": "Y1BLOCK", "x2": "x2_numel", "r3": "r3_numel"}, got
+    # the extents of the loops that run (r3's count is computed, and no loop runs over it: its arange alone)
+    assert got.extents == {"z0": "Z0BLOCK", "y1": "Y1BLOCK", "x2": "x2_numel"}, got
     assert got.order == ["z0", "y1", "x2"] and got.constants == {"R3BLOCK_SUB": 32} and not got.reason, got
     # the store's address, axis by axis: each index's coefficient as its factors (constants, parameters); and the
     # axes its mask bounds to their extents (x2_mask = x2 < x2_numel, z0_mask = z0 < min(Z0BLOCK+z0_offset, ...))
@@ -301,3 +302,36 @@ def test_a_mask_bounds_its_axis_only_where_it_compares_the_index_with_its_own_ex
     assert plan(other_offset).stores[0][1] == ("x2", "y1"), plan(other_offset)
     other_extent = SUM_ADD.replace("x2_mask = x2 < x2_numel", "x2_mask = x2 < y1_numel")
     assert plan(other_extent).stores[0][1] == ("y1", "z0"), plan(other_extent)
+
+
+X2_MASK = "                x2_mask = x2 < x2_numel"
+
+
+#: a second review's kernels, each checked in Triton's interpreter to write other bits once widened as the reading
+#: then allowed: a mask no longer bounding its axis must not count, an index or extent read wrong must not either
+@pytest.mark.parametrize("old, new, check", [
+    (X2_MASK, X2_MASK + "\n                x2_mask |= x2 < 4096", lambda got: "x2" not in got.masked),
+    (X2_MASK, X2_MASK + "\n                x2_mask: tl.int1 = x2 < 4096", lambda got: "x2" not in got.masked),
+    (X2_MASK, X2_MASK + "\n                x2_mask, unused = x2 < 4096, 0", lambda got: "x2" not in got.masked),
+    (X2_MASK, "                if z0_numel > 0:\n                    x2_mask = x2 < 4096\n                else:\n"
+              "                    x2_mask = x2 < x2_numel", lambda got: "x2" not in got.masked),
+    ("x2 = (loop_x2 * X2BLOCK_SUB)", "x2 = (0 - 64) + (loop_x2 * X2BLOCK_SUB)", lambda got: "x2" not in got.masked),
+    ("min(Z0BLOCK+z0_offset, z0_numel)", "min(Z0BLOCK+z0_offset+z0_offset, z0_numel)",
+     lambda got: "z0" not in got.masked),
+    (STORE, f"x2s = (loop_x2 * X2BLOCK_SUB) + (0 - 1) + base_x2[None,None,None,:]\n                "
+            f"tmp5 = tl.load(in_out_ptr0 + (x2s + 2048*y1 + 262144*z0), {M})\n                "
+            f"tl.store(in_out_ptr0 + ({A}), tmp4 + tmp5, {M})",
+     lambda got: "in_out_ptr0 is loaded and stored at different addresses" in got.reason and not got.axes),
+    ("    base_r3= tl.arange", "    junk = (z0_numel + X2BLOCK_SUB - 1) // X2BLOCK_SUB\n    base_r3= tl.arange",
+     lambda got: got.extents["x2"] == "x2_numel"),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tmp3 + (loop_x2 * Y1BLOCK_SUB)",
+     lambda got: not {"x2", "y1"} & set(got.axes) and "z0" in got.axes),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tmp3 + (R3BLOCK_SUB * loop_x2)", lambda got: "x2" not in got.axes),
+    ("tmp4 = tmp2 + tmp3", "tmp4 = tmp2 + tmp3 * (R3BLOCK_SUB * X2BLOCK_SUB)", lambda got: "x2" not in got.axes),
+    ("tl.sum(tmp0, 0)", "tl.sum((), 0)", lambda got: "reduces nothing" in got.reason),
+])
+def test_a_kernel_a_second_review_found_keeps_what_it_must(old, new, check):
+    assert old in SUM_ADD
+    got = plan(SUM_ADD.replace(old, new, 1))
+    assert check(got), got
+

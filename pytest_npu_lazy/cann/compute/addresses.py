@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
-from .kernel_text import SCALAR, SUFFIX, Disqualified, Refused, Tile, argument
+from .kernel_text import SUFFIX, Disqualified, Marked, Refused, Tile, argument
 
 #: Inductor's names for a kernel's pointer arguments
 POINTER = re.compile(r"(in_out_ptr|in_ptr|out_ptr)\d+$")
@@ -35,8 +35,23 @@ class Accesses:
     stores: set
     in_address: bool
 
+    counts: dict[str, int]  # how many times the kernel assigns each name
+    definitions: dict[str, str | None]  # index name -> its definition as read (None: not readable)
+
     def value(self, node: ast.expr, in_range: bool = False) -> object:
         raise NotImplementedError  # the reading's (Layouts)
+
+    def forget(self, name: str) -> None:
+        """A name assigned again: what was known of it as an index or a mask no longer holds."""
+        self.offsets.pop(name, None)
+        self.bounding.pop(name, None)
+        self.definitions.pop(name, None)
+
+    def facts(self) -> tuple[dict, dict, dict]:
+        return dict(self.offsets), dict(self.bounding), dict(self.definitions)
+
+    def restore(self, facts: tuple) -> None:
+        self.offsets, self.bounding, self.definitions = (dict(f) for f in facts)
 
     def combine(self, operands: list, op, node: ast.AST) -> object:
         raise NotImplementedError  # the reading's (Layouts)
@@ -45,11 +60,15 @@ class Accesses:
         """Remember an axis's index (and the program offset added to it) and a mask that bounds the index to its
         extent: ``a < a_numel`` of an index with no offset, ``a < min(ABLOCK + a_offset, a_numel)`` of one offset
         by ``a_offset``. A store under such a mask writes at most ``extent`` of the axis's indices."""
-        self.offsets.pop(name, None)
-        self.bounding.pop(name, None)
+        self.forget(name)
         if isinstance(value, Tile) and value.index_of:
-            terms = [t for t in _summands(node) if isinstance(t, ast.Name) and self.env.get(t.id) == SCALAR]
-            self.offsets[name] = (value.index_of, terms[0].id if len(terms) == 1 else None if not terms else "?")
+            others = [t for t in _summands(node) if not isinstance(self.value(t), (Tile, Marked))]
+            offset = None if not others else others[0].id if len(others) == 1 and isinstance(others[0], ast.Name) \
+                else "?"
+            if any(self.counts.get(n.id, 0) > 1 for t in others for n in ast.walk(t) if isinstance(n, ast.Name)):
+                offset = "?"  # a name assigned twice: its value where the index is used is not read here
+            self.offsets[name] = (value.index_of, offset)
+            self.definitions[name] = ast.dump(node) if offset != "?" else None
             return
         if not (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], ast.Lt) and
                 isinstance(node.left, ast.Name) and node.left.id in self.offsets):
@@ -59,7 +78,8 @@ class Accesses:
         if offset is None and isinstance(bound, ast.Name) and bound.id == extent:
             self.bounding[name] = axis
         elif isinstance(bound, ast.Call) and ast.unparse(bound.func) == "min" and len(bound.args) == 2 and any(
-                {ast.unparse(t) for t in _summands(a)} == {extent, offset} for a in bound.args):
+                sorted(ast.unparse(t) for t in _summands(a)) == sorted([str(extent), str(offset)])
+                for a in bound.args):
             self.bounding[name] = axis
 
     def memory(self, name: str, node: ast.Call) -> object:
@@ -79,8 +99,8 @@ class Accesses:
         if canonical is None:
             raise Refused(f"a store's address that is not {pointer} plus axis indices times constants")
         self.addresses.setdefault(pointer, set()).add(canonical)
-        self.stores.add((canonical[0], tuple(bounded)))
-        held = {axis for axis, _ in canonical[0]}
+        self.stores.add((tuple((axis, factors) for axis, factors, _ in canonical[0]), tuple(bounded)))
+        held = {axis for axis, _, _ in canonical[0]}
         for axis in sorted(self.candidates - held):
             raise Disqualified(axis, f"a store's address does not depend on {axis}")
         return self.combine([where, *others], None, node)
@@ -108,17 +128,19 @@ class Accesses:
             factors = _operands(term, ast.Mult)
             indices = [(f, tile) for f in factors if isinstance(f, ast.Name) and
                        isinstance(tile := self.env.get(f.id), Tile)]
-            if len(indices) == 1 and indices[0][1].index_of and all(
+            definition = self.definitions.get(indices[0][0].id) if len(indices) == 1 else None
+            if len(indices) == 1 and indices[0][1].index_of and definition and all(
                     f is indices[0][0] or self.fixed(f) for f in factors):
                 coefficient = tuple(sorted(str(f.value) if isinstance(f, ast.Constant) else getattr(f, "id", "")
                                            for f in factors if f is not indices[0][0]))
-                axes.append((indices[0][1].index_of, coefficient))
+                axes.append((indices[0][1].index_of, coefficient, definition))
             elif self.fixed(term):
                 fixed.append(ast.dump(term))
             else:
                 return pointers[0].id, None
-        if len({axis for axis, _ in axes}) != len(axes):
+        if len({axis for axis, _, _ in axes}) != len(axes):
             return pointers[0].id, None
+        # the form compares loads with stores (each index with its definition); the launch needs axes and factors
         return pointers[0].id, (tuple(sorted(axes)), tuple(sorted(fixed)))
 
     def fixed(self, node: ast.expr) -> bool:

@@ -61,7 +61,9 @@ def gather(pointers: np.ndarray, mask: np.ndarray, other: np.ndarray | None, dty
     values = view[offsets // np.uint64(itemsize)]
     if other is None:
         return np.where(mask, values, np.zeros((), dtype=dtype))
-    return np.where(mask, values, np.broadcast_to(other, pointers.shape).astype(dtype, copy=False))
+    if other.dtype != dtype:
+        return None  # the helper would take other's bytes as they are: not a conversion to copy here
+    return np.where(mask, values, np.broadcast_to(other, pointers.shape))
 
 
 def install(interpreter) -> str:

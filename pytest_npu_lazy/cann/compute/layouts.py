@@ -86,7 +86,11 @@ class Layouts(Accesses):
         self.stores = set()
         self.assigned = {n.id for n in ast.walk(function) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         self.in_address = False
-        self.offsets, self.bounding, self.masked = {}, {}, None  # Accesses says what each holds
+        self.offsets, self.bounding, self.definitions, self.masked = {}, {}, {}, None  # Accesses says what each holds
+        self.counts = {}
+        for node in ast.walk(function):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                self.counts[node.id] = self.counts.get(node.id, 0) + 1
 
     def run(self) -> None:
         body = self.function.body
@@ -135,6 +139,7 @@ class Layouts(Accesses):
             if target.id.endswith(SUFFIX) or target.id in self.parameters or target.id in _MODULES:
                 raise Refused(f"{target.id} is assigned in the kernel")
             self.env[target.id] = value
+            self.forget(target.id)
         elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, tuple) and len(value) == len(target.elts):
             for element, part in zip(target.elts, value):
                 self.assign(element, part)
@@ -148,16 +153,20 @@ class Layouts(Accesses):
             raise Refused(f"a loop at line {node.lineno} this check cannot follow")
         bounds = [self.value(argument, in_range=True) for argument in iterator.args]
         axis = None
-        if len(bounds) == 1 and isinstance(bounds[0], Marked) and bounds[0].kind == "loops":
-            axis = bounds[0].axis
+        count = bounds[0] if len(bounds) == 1 else None
+        if isinstance(count, Marked) and count.kind == "loops":
+            axis = count.axis
             if self.looped.setdefault(axis, id(node)) != id(node) and axis in self.candidates:
                 raise Disqualified(axis, f"{axis} has more than one loop over its sub-blocks")
             if axis in self.candidates:
                 carried_or_read_after(self.function, node, axis)
+            if self.extents.setdefault(axis, count.extent) != count.extent:  # the extent its range() runs over
+                raise Refused(f"two loops over {axis}'s sub-blocks with different extents")
         elif any(b not in (SCALAR, LOOPED) for b in bounds):
             raise Refused(f"a loop at line {node.lineno} over {ast.unparse(iterator)}, which this check cannot follow")
         variable = Marked("loop", axis) if axis else LOOPED
         self.env[node.target.id] = variable
+        self.forget(node.target.id)
         self.block(node.body)
         first = dict(self.env)
         self.env[node.target.id] = variable
@@ -172,10 +181,13 @@ class Layouts(Accesses):
             raise Refused(f"the if at line {node.lineno} tests a block")
         if isinstance(test, Marked) and test.kind != "sub" and test.axis in self.candidates:
             raise Disqualified(test.axis, f"a branch reads {test.axis}'s loop")
-        before = dict(self.env)
+        before, facts = dict(self.env), self.facts()
         self.block(node.body)
-        taken, self.env = self.env, dict(before)
+        taken, taken_facts, self.env = self.env, self.facts(), dict(before)
+        self.restore(facts)
         self.block(node.orelse)
+        self.restore(tuple({k: v for k, v in mine.items() if theirs.get(k) == v}
+                           for mine, theirs in zip(self.facts(), taken_facts)))
         for name in set(taken) | set(self.env):
             if name in taken and name in self.env and taken[name] != self.env[name]:
                 raise Refused(f"{name} has another layout in each branch of the if at line {node.lineno}")
@@ -215,8 +227,7 @@ class Layouts(Accesses):
             if loops is not None:
                 sub = self.name(loops[0])
                 if isinstance(sub, Marked) and sub.kind == "sub" and self.name(loops[1]) == SCALAR:
-                    self.extents[sub.axis] = loops[1]
-                    return Marked("loops", sub.axis, loops[1])
+                    return Marked("loops", sub.axis, loops[1])  # its extent counts where a range() runs over it
             return self.combine([self.value(node.left), self.value(node.right)], node.op, node)
         if isinstance(node, (ast.BoolOp, ast.IfExp)) or (isinstance(node, ast.Compare) and len(node.ops) > 1) or (
                 isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not)):
@@ -284,9 +295,10 @@ class Layouts(Accesses):
                 return Marked("offset", axis)
             if isinstance(other, Tile) and other.arange_of == axis:
                 return Tile(other.axes, index_of=axis, looped=True)  # offset + loop * SUB + arange(SUB)
-        if axis in self.candidates:
-            raise Disqualified(axis, f"{ast.unparse(node)[:80]} computes with {axis}'s sub-blocks other than its "
-                                     "index does")
+        involved = sorted({o.axis for o in marked if o.axis in self.candidates})
+        if involved:  # each in turn: the reading starts again without the first
+            raise Disqualified(involved[0], f"{ast.unparse(node)[:80]} computes with {involved[0]}'s sub-blocks "
+                                            "other than its index does")
         plain = [LOOPED if isinstance(o, Marked) and o.kind in ("loop", "offset") else
                  SCALAR if isinstance(o, Marked) else o for o in operands]
         return self.combine(plain, op, node)
@@ -417,6 +429,8 @@ class Layouts(Accesses):
 
     def reduced(self, operand: object, node: ast.Call, position: int, outputs: int, scan: bool = False) -> object:
         if isinstance(operand, tuple):
+            if not operand:
+                raise Refused(f"{ast.unparse(node)[:80]} reduces nothing")
             operand = self.combine(list(operand), None, node) if len(operand) > 1 else operand[0]
         if not isinstance(operand, Tile):
             raise Refused(f"{ast.unparse(node)[:80]}: a reduction of a value this check cannot follow")

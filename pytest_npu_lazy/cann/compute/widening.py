@@ -177,7 +177,7 @@ def _distinct(store: tuple, spans: dict, bound: dict, extents: dict) -> bool:
         if coefficient <= reach:
             return False
         reach += coefficient * (span - 1)
-    return True
+    return reach < 1 << 31  # an index past int32 could wrap onto another (Triton computes offsets in int32)
 
 
 def _covered(extent: int, width: int) -> int:
