@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import types
 from collections.abc import Iterator
-
 from typing import TYPE_CHECKING
 
 from .ledger import LEDGER, TRITON_INTERPRETER
