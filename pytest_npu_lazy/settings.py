@@ -199,9 +199,12 @@ def add_cann_options(parser: pytest.Parser) -> None:
                          f"Stub and emulation are built in {ENV_CACHE} (default ~/.cache/pytest-npu-lazy); "
                          f"{ENV_TRACE}=1 makes them log each call to stderr; under compute, "
                          "PYTEST_NPU_LAZY_PROGRAMS_ONE_BY_ONE=1 runs each kernel launch program by program and "
-                         "PYTEST_NPU_LAZY_LOOPS_ONE_BY_ONE=1 each reduction loop iteration by iteration (by "
-                         "default programs and a sum's loop iterations run together where the kernel's source "
-                         "allows it)")
+                         "PYTEST_NPU_LAZY_LOOPS_ONE_BY_ONE=1 each reduction loop iteration by iteration, "
+                         "PYTEST_NPU_LAZY_SUBBLOCKS_AS_LAUNCHED=1 each kernel with the sub-blocks it was launched "
+                         "with (by default programs, a sum's loop iterations and an index-codegen kernel's "
+                         "sub-blocks run together where the kernel's source allows it), and "
+                         "PYTEST_NPU_LAZY_SUBBLOCKS_CHECK=1 runs each widened launch both ways and fails where a "
+                         "bit differs")
     group.addoption("--npu-lazy-require-npu", action="store_true", default=False,
                     help="fail the run unless a real NPU device is usable (never test on the stub by accident)")
     _add_ini(parser, ("npu_lazy_cann",))
