@@ -18,6 +18,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from .host_kernels import storage_range
+
 #: a block smaller than this loads through the interpreter's helper (the gather's setup would cost more)
 SMALLEST = 4096
 #: the storages (start, end) of the launch being run, innermost launch last
@@ -27,11 +29,7 @@ _LAUNCHES: list[list[tuple[int, int]]] = []
 @contextlib.contextmanager
 def launch(tensors: list) -> Iterator[None]:
     """The argument storages of one launch, for the loads it makes."""
-    spans = []
-    for tensor in tensors:
-        storage = tensor.untyped_storage()
-        if storage.nbytes():
-            spans.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+    spans = [span for span in map(storage_range, tensors) if span[1] > span[0]]
     _LAUNCHES.append(spans)
     try:
         yield
