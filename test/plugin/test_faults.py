@@ -204,6 +204,28 @@ def test_killed_zygote_errors_the_test_and_is_replaced(run_pytest, pytester):
     assert before != after
 
 
+def test_a_request_to_a_zygote_killed_a_moment_ago_is_a_dead_zygote_not_an_internal_error():
+    """The race behind the test above: the controller asks the zygote for the next test's child while the running
+    test kills it. The send meets a broken pipe; the zygote counts as dead (ZygoteError, which the pool handles by
+    replacing it), and pytest never sees the OSError (it was an INTERNALERROR that lost the remaining tests)."""
+    import socket
+
+    from pytest_npu_lazy.errors import ZygoteError
+    from pytest_npu_lazy.forks.channel import Channel
+    from pytest_npu_lazy.isolation.pytest_side.handles import SpareChild, ZygoteProcess
+    from pytest_npu_lazy.settings import Baseline
+
+    ours, theirs = socket.socketpair()
+    theirs.close()
+    process = ZygoteProcess(Baseline(preload=(), autoload=None), pid=12345, channel=Channel(ours))
+    spare = SpareChild()
+    with pytest.raises(ZygoteError, match=r"the zygote \(pid 12345, .*\) died: Broken pipe"):
+        spare.ask(process)
+    assert process.dead and not spare.requested
+    spare.ask(process)  # a dead zygote is asked for nothing: no second error
+    ours.close()
+
+
 def test_preload_that_fails_errors_each_affected_test(run_pytest, pytester):
     pytester.makepyfile(broken_dep="raise ImportError('broken_dep needs libfoo')\n", test_pre="""
         import pytest

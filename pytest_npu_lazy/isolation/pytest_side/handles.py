@@ -85,7 +85,13 @@ class ZygoteProcess:
         return self.module_key.describe() if self.module_key is not None else self.baseline.label
 
     def send(self, message) -> None:
-        send(self.channel, message)
+        """Send ``message``; a zygote gone (a broken pipe: it was killed while a test ran) marks it dead and raises
+        ZygoteError, which every caller already handles as a zygote that died, never an INTERNALERROR."""
+        try:
+            send(self.channel, message)
+        except OSError as exc:
+            self.dead = True
+            raise ZygoteError(f"the zygote (pid {self.pid}, {self.label}) died: {exc.strerror or exc}") from None
 
     def receive(self, endpoint, timeout: float | None):
         """Read one message within ``timeout`` and return what ``endpoint``'s handler for it returns (None when
