@@ -44,8 +44,9 @@ CASES = {
     "sum_int64": ((8,), (40_000,), "int64", lambda a: a.sum(), "together"),
     "sum_float16": ((8,), (40_000,), "float16", lambda a: a.sum(), "together"),
     "mean": ((8,), (40_000,), "float32", lambda a: a.mean(), "together"),
-    # 32,771 iterations (a prime) of 8: no count of them but 1 divides the loop and fits a chunk's limit
-    "sum_prime_iterations": ((8,), (8 * 32_771,), "float32", lambda a: a.sum(), "no divisor fits"),
+    # 4,099 iterations (a prime) of 64 (compiled for 64 elements, the loop takes 64 at a time): no count of them but 1
+    # divides the loop and fits a chunk's limit (2^18 elements: 4,096 iterations of 64)
+    "sum_prime_iterations": ((64,), (64 * 4_099,), "float32", lambda a: a.sum(), "no divisor fits"),
 }
 
 
