@@ -137,7 +137,8 @@ def test_guard_names_a_conftest_import(run_pytest, pytester):
 
 @pytest.mark.needs("torch")
 def test_the_pytest_process_never_imports_what_the_plugin_watches(run_pytest, pytester):
-    """The plugin, its header, the CANN activation, zygotes and reports leave torch, torch_npu and triton to children."""
+    """The plugin, its header, the CANN activation, zygotes and reports leave torch, torch_npu, triton and NumPy to
+    children."""
     pytester.makepyfile(test_heavy_child="""
         import sys
         import pytest
@@ -152,7 +153,7 @@ def test_the_pytest_process_never_imports_what_the_plugin_watches(run_pytest, py
         import sys
 
         def pytest_unconfigure(config):
-            heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "torch_npu", "triton"))
+            heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "torch_npu", "triton", "numpy"))
             with open(os.environ["NPU_LAZY_TEST_REPORTS"] + ".heavy", "w") as f:
                 json.dump(heavy, f)
     """))

@@ -239,8 +239,11 @@ def test_plugin_imports_no_torch_at_load(module):
     import subprocess
     import sys
 
+    # NumPy too: every zygote is forked from the process that loaded the plugin, so what the plugin loads is in each
+    # baseline (a test asserting that something defers NumPy would start contaminated), and OpenBLAS's threads
+    # spin in the pytest process
     code = (f"import sys, {module}; heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('torch', 'torch_npu', 'triton')); print(heavy); sys.exit(1 if heavy else 0)")
+            "('torch', 'torch_npu', 'triton', 'numpy')); print(heavy); sys.exit(1 if heavy else 0)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 

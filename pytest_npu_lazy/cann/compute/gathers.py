@@ -15,10 +15,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 from collections.abc import Iterator
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .host_kernels import storage_range
+
+if TYPE_CHECKING:  # NumPy is imported where a load runs: the plugin loads this package, and its zygotes stay bare
+    import numpy as np
 
 #: a block smaller than this loads through the interpreter's helper (the gather's setup would cost more)
 SMALLEST = 4096
@@ -39,6 +41,8 @@ def launch(tensors: list) -> Iterator[None]:
 
 def gather(pointers: np.ndarray, mask: np.ndarray, other: np.ndarray | None, dtype: np.dtype) -> np.ndarray | None:
     """The loaded block, or None where this path does not apply (the interpreter's helper loads it then)."""
+    import numpy as np
+
     if not _LAUNCHES or pointers.size < SMALLEST or dtype == np.bool_ or pointers.dtype.itemsize != 8:
         return None
     itemsize = dtype.itemsize
@@ -69,6 +73,8 @@ def install(interpreter) -> str:
     builder = type(interpreter.interpreter_builder)
     if getattr(builder, "_npu_lazy_gathers", False):
         return ""
+    import numpy as np
+
     helper = builder.create_masked_load
     np_dtype = interpreter._get_np_dtype
 

@@ -19,13 +19,13 @@ address (:func:`.widening.widths`).
 from __future__ import annotations
 
 import ast
+import functools
 import textwrap
 from dataclasses import dataclass, field
 
 from .addresses import POINTER, Accesses
 from .kernel_text import (LOOPED, MODULE, NOT_CONSTANT, SCALAR, SUFFIX, Disqualified, Marked, Refused, Tile, argument,
                           axis_of, carried_or_read_after, constant_axis, loop_count, positions)
-from .libdevice import FUNCTIONS as LIBDEVICE_FUNCTIONS
 
 
 _TL_REDUCTIONS = {"sum", "max", "min", "argmax", "argmin", "reduce", "xor_sum", "reduce_or"}
@@ -39,17 +39,27 @@ _HELPER_ELEMENTWISE = {"promote_to_tensor": 1, "is_floating": 1, "div_floor_inte
                        "pow_integer": 1, "minimum": 1, "maximum": 1, "minimum_with_index": 2,
                        "maximum_with_index": 2, "exp": 1, "online_softmax_combine": 2, "welford_reduce": 3,
                        "welford_combine": 3, "frexp": 2, "fp8e4m3fn_to_float32": 1, "device_assert_then": 1}
-#: functions of triton.language, its math, and libdevice that compute element by element (anything else refuses)
-_ELEMENTWISE = {
+#: functions of triton.language and its math that compute element by element (anything else refuses), with
+#: libdevice's (:func:`_elementwise`)
+_TL_ELEMENTWISE = {
     "where", "maximum", "minimum", "abs", "exp", "exp2", "log", "log2", "cos", "sin", "sqrt", "sqrt_rn", "rsqrt",
     "sigmoid", "fma", "floor", "ceil", "erf", "div_rn", "fdiv", "cdiv", "clamp", "umulhi", "cast", "multiple_of",
     "max_contiguous", "max_constancy", "static_assert", "device_assert", "static_print", "rand", "randn",
     "randint", "fmod", "copysign", "nextafter", "hypot", "atan2", "cbrt", "lgamma", "erfinv", "fabs", "fmax",
-    "fmin", "logb", "softplus", "sign", "neg", "isinf", "isnan", *LIBDEVICE_FUNCTIONS}
+    "fmin", "logb", "softplus", "sign", "neg", "isinf", "isnan"}
 _ELEMENTWISE_MODULES = {"tl", "libdevice", "tl_math", "math", "extension"}
 _MODULES = _ELEMENTWISE_MODULES | {"triton_helpers"}
 _SCALAR_BUILTINS = {"min", "max", "abs", "int", "float", "bool"}
 _LOOPS = {"range", "tl.range", "tl.static_range"}
+
+
+@functools.cache
+def _elementwise() -> frozenset[str]:
+    """Element-wise function names, libdevice's among them: read when a kernel is first planned, since libdevice
+    imports NumPy and the plugin loads this package (its zygotes stay bare)."""
+    from .libdevice import FUNCTIONS
+
+    return frozenset(_TL_ELEMENTWISE | set(FUNCTIONS))
 
 
 @dataclass
@@ -337,7 +347,7 @@ class Layouts(Accesses):
             return self.memory(name, node)
         if name in ("program_id", "num_programs"):
             return SCALAR
-        if name not in _ELEMENTWISE:
+        if name not in _elementwise():
             raise Refused(f"calls {owner}.{name}, which this check does not know to compute element by element")
         return self.combine([self.value(a) for a in (*node.args, *(k.value for k in node.keywords))], None, node)
 
