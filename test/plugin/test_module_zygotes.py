@@ -173,6 +173,45 @@ def test_a_module_zygote_is_reaped_after_its_last_test(pytester, run_pytest):
     assert set(run.outcomes.values()) == {"passed"}, run.text()
 
 
+def test_a_module_zygote_forks_a_child_ahead_for_each_test_but_not_after_its_last(pytester, run_pytest):
+    """Where the order is known, the child forked ahead while a test runs serves the next test of the module;
+    after the module's last test none is forked (it would be killed unused: a fork and a child's start, a module).
+    Seen from the tests: the first finds a sibling waiting, the last finds none."""
+    pytester.makepyfile(test_ahead="""
+        import os, time, pytest
+
+        pytestmark = pytest.mark.npu_lazy(preload=[])
+
+        def siblings():
+            me, parent, found = os.getpid(), os.getppid(), []
+            for entry in os.listdir("/proc"):
+                if entry.isdigit() and int(entry) != me:
+                    try:
+                        with open(f"/proc/{entry}/stat") as stat:
+                            if int(stat.read().rsplit(")", 1)[1].split()[1]) == parent:
+                                found.append(int(entry))
+                    except OSError:
+                        pass
+            return found
+
+        def test_1_a_child_waits_for_the_next_test():
+            for _ in range(300):
+                if siblings():
+                    return
+                time.sleep(0.01)
+            raise AssertionError("no child was forked ahead for the next test")
+
+        def test_2_middle():
+            pass
+
+        def test_3_none_waits_after_the_last():
+            time.sleep(0.3)  # a fork asked for now would have happened
+            assert siblings() == [], "a child was forked ahead after the module's last test"
+    """)
+    run = run_pytest()
+    assert set(run.outcomes.values()) == {"passed"}, run.text()
+
+
 @pytest.mark.parametrize("workers", [[], ["-n", "1", "--dist", "loadfile"]], ids=["in-order", "xdist-worker"])
 def test_the_next_modules_zygote_collects_while_this_module_runs(pytester, run_pytest, workers):
     """The first test of a module must not wait for its module's import: that zygote starts one module ahead.

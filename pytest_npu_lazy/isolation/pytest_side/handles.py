@@ -274,13 +274,16 @@ class ZygoteHandle:
             if child is not None:
                 self.spare.keep(child)
 
-    def take_child(self) -> ChildHandle:
+    def take_child(self, spare_after: Callable[[], bool] = lambda: True) -> ChildHandle:
+        """The child forked ahead (or one forked now), and, where ``spare_after()`` says another test will want
+        one, the next test's child forked while this one runs."""
         if self.spare.child is None:
             self.request_fork()
             self._pump_until(lambda: self.spare.child is not None, "fork")
         child = self.spare.take()
         assert child is not None, "there was one, or _pump_until waited for it"
-        self.request_fork()  # the next test's child is forked while this one runs
+        if spare_after():
+            self.request_fork()
         return child
 
     def exit_status(self, pid: int, timeout: float) -> int | None:

@@ -101,6 +101,9 @@ class ModuleZygotes:
         self._live: OrderedDict[ModuleKey, _Zygote] = OrderedDict()
         self._unusable: set[ModuleKey] = set()
         self._remaining: Counter[ModuleKey] = Counter()
+        #: counting: each module's tests in all, and the children its zygotes handed out so far (:meth:`spare_after`)
+        self._expected: Counter[ModuleKey] = Counter()
+        self._taken: Counter[ModuleKey] = Counter()
         self._memory: dict[ModuleKey, int] = {}
         #: module zygotes whose child runs a test now: stopping one would kill that test
         self._busy: set[ModuleKey] = set()
@@ -139,10 +142,20 @@ class ModuleZygotes:
         """One more test of ``key`` will run here (counted at collection, when the process runs all it collected)."""
         if key is not None and self.counting:
             self._remaining[key] += 1
+            self._expected[key] += 1
             if self.runs and self.runs[-1].key == key:
                 self.runs[-1].tests += 1
             else:
                 self.runs.append(ModuleRun(key, item, settings))
+
+    def spare_after(self, key: ModuleKey | None) -> bool:
+        """A child of ``key``'s zygote was just taken: whether to fork the next one ahead. Not after the module's
+        last test where every test is known (counting): that child would be forked and killed unused, a fork and a
+        child's start for nothing, one a module. A test run again (a rerun plugin) forks its child when it asks."""
+        if key is None or not self.counting:
+            return True
+        self._taken[key] += 1
+        return self._taken[key] < self._expected[key]
 
     def replan(self, upcoming: list[tuple[ModuleKey | None, pytest.Item, TestSettings]]) -> None:
         """Where tests arrive a batch at a time (a pytest-xdist worker, not counting): the runs as now known, the

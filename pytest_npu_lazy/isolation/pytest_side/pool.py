@@ -150,7 +150,7 @@ class ZygotePool:
             raise ZygoteError(f"{settings.baseline.label} could not be prepared: {zygote.readiness.error}")
         key = zygote.process.module_key
         try:
-            child = zygote.take_child()
+            child = zygote.take_child(lambda: self.modules.spare_after(key))
         except ZygoteError:
             if key is None:
                 raise
@@ -158,7 +158,12 @@ class ZygotePool:
             key, child = None, self._zygote(settings.baseline, timeout=settings.timeout).take_child()
         if key is not None:
             self.modules.serving(key)
-        send(child.channel, prepare_message(item, settings))
+        try:
+            send(child.channel, prepare_message(item, settings))
+        except OSError as exc:  # it was killed between its fork and its test: the test errors, saying so
+            child.close()
+            raise ZygoteError(f"the child forked for this test (pid {child.pid}) was gone before it got the "
+                              f"test: {exc.strerror or exc}") from None
         return child
 
     def prepare(self, item, settings) -> None:
@@ -189,7 +194,8 @@ class ZygotePool:
             zygote = self._zygote_for(item, settings, wait=False)
             if not zygote.readiness.ready:
                 return  # a module zygote still collecting: the test takes its child when it is ready
-            child = zygote.take_child()  # the fork asked for a moment ago: waiting overlaps the running test
+            key = zygote.process.module_key
+            child = zygote.take_child(lambda: self.modules.spare_after(key))  # forked a moment ago: waiting overlaps
         except ZygoteError:
             return
         try:
