@@ -121,6 +121,18 @@ class Channel:
             self._held.clear()
             self.sock.sendall(data)
 
+    def hung_up(self) -> bool:
+        """Whether the other end is gone with nothing left to read (a peek that would block says no): for a
+        process forked ahead, asked before it is given work."""
+        if self._buffer or self._pending:
+            return False
+        try:
+            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+
     def recv(self, timeout: float | None = None) -> Message | None:
         """The next message; None when ``timeout`` passes first; ChannelClosed on EOF."""
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -226,6 +226,60 @@ def test_a_request_to_a_zygote_killed_a_moment_ago_is_a_dead_zygote_not_an_inter
     ours.close()
 
 
+def test_children_forked_ahead_and_killed_by_a_test_are_replaced_not_lost(run_pytest, pytester):
+    """A test kills its siblings, the children its zygote forked ahead for the next tests, and sees them dead. The
+    pool finds them gone (socket hung up, SIGKILL pending, exiting, a zombie or reaped) and forks fresh ones: the
+    next tests pass (they errored, "CRASHED with signal 9", in the killed children before). A kill the process has
+    not yet acted on can still reach a test first; that test errors, naming the signal, and nothing is lost."""
+    pytester.makepyfile(test_siblings="""
+        import os, signal, time
+        import pytest
+
+        pytestmark = pytest.mark.npu_lazy(preload=[])
+
+        def siblings():
+            me, parent, found = os.getpid(), os.getppid(), []
+            for entry in os.listdir("/proc"):
+                if entry.isdigit() and int(entry) != me:
+                    try:
+                        with open(f"/proc/{entry}/stat") as stat:
+                            if int(stat.read().rsplit(")", 1)[1].split()[1]) == parent:
+                                found.append(int(entry))
+                    except OSError:
+                        pass
+            return found
+
+        def test_1_kills_the_children_forked_ahead():
+            for _ in range(300):
+                if len(siblings()) >= 2:
+                    break
+                time.sleep(0.01)
+            killed = siblings()
+            for pid in killed:
+                os.kill(pid, signal.SIGKILL)
+            for pid in killed:  # dead before this test ends: the pool's check meets them dead, not dying
+                for _ in range(300):
+                    try:
+                        with open(f"/proc/{pid}/stat") as stat:
+                            if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                                break
+                    except OSError:
+                        break
+                    time.sleep(0.01)
+
+        def test_2_after():
+            pass
+
+        def test_3_after():
+            pass
+    """)
+    run = run_pytest()
+    assert "INTERNALERROR" not in run.text(), run.text()
+    assert run.outcomes["test_siblings.py::test_1_kills_the_children_forked_ahead"] == "passed", run.text()
+    assert run.outcomes["test_siblings.py::test_2_after"] == "passed", run.text()
+    assert run.outcomes["test_siblings.py::test_3_after"] == "passed", run.text()
+
+
 def test_preload_that_fails_errors_each_affected_test(run_pytest, pytester):
     pytester.makepyfile(broken_dep="raise ImportError('broken_dep needs libfoo')\n", test_pre="""
         import pytest

@@ -13,6 +13,7 @@ zygote serves which test is :mod:`.pool`'s business.
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from dataclasses import dataclass, field
@@ -26,6 +27,13 @@ from .. import messages
 from .module_zygotes import ModuleKey
 
 FORK_TIMEOUT = 60.0
+
+
+#: the kernel's task flag for a process in exit (include/linux/sched.h), field 9 of /proc/<pid>/stat
+_PF_EXITING = 0x4
+#: SIGKILL in field 31 of /proc/<pid>/stat, the task's pending signals: a kill sent, not yet acted on (the kernel
+#: marks a fatal signal pending on every thread of the process)
+_SIGKILL_PENDING = 1 << (signal.SIGKILL - 1)
 
 
 @dataclass
@@ -52,6 +60,23 @@ class ChildHandle:
         status = process.death_status()
         return (f"the zygote (pid {process.pid}, {process.label}) died while this test ran, "
                 f"with {describe_status(status)}; its children died with it. A new zygote serves the next tests.")
+
+    def gone(self) -> bool:
+        """Whether it died before it was given its test (another test killed it, say): its socket hung up, or
+        the process is ending or ended. A SIGKILL sent shows as pending before the process acts on it; Linux marks
+        a process that is tearing itself down PF_EXITING (it still shows state R for a few milliseconds), then
+        shows it as a zombie until its zygote reaps it, then not at all."""
+        if self.channel.hung_up():
+            return True
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except FileNotFoundError:
+            return True
+        except OSError:  # no /proc: the socket's answer stands
+            return False
+        return (fields[0] in (b"Z", b"X") or bool(int(fields[6]) & _PF_EXITING)
+                or bool(int(fields[28]) & _SIGKILL_PENDING))
 
     def close(self) -> None:
         self.channel.close()
@@ -276,7 +301,10 @@ class ZygoteHandle:
 
     def take_child(self, spare_after: Callable[[], bool] = lambda: True) -> ChildHandle:
         """The child forked ahead (or one forked now), and, where ``spare_after()`` says another test will want
-        one, the next test's child forked while this one runs."""
+        one, the next test's child forked while this one runs. A spare that died waiting (another test killed
+        it) is dropped for a fresh one."""
+        if self.spare.child is not None and self.spare.child.gone():
+            self.spare.close()
         if self.spare.child is None:
             self.request_fork()
             self._pump_until(lambda: self.spare.child is not None, "fork")

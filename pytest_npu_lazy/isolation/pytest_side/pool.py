@@ -139,12 +139,18 @@ class ZygotePool:
     def child(self, item, settings) -> ChildHandle:
         """A forked child that was sent ``item``'s Prepare (the Launcher contract of the controller)."""
         prepared = self._prepared.pop(item.nodeid, None)
-        if prepared is not None and not prepared.zygote.process.dead:
+        if prepared is not None and not prepared.zygote.process.dead and not prepared.gone():
             if prepared.zygote.process.module_key is not None:
                 self.modules.serving(prepared.zygote.process.module_key)
             return prepared
-        if prepared is not None:  # its zygote died (or was stopped) since: it went with it
+        if prepared is not None:  # its zygote died (or was stopped) since, or it was killed: a fresh one serves
             prepared.close()
+        try:
+            return self._fresh_child(item, settings)
+        except OSError:  # the child taken died before it got the test (killed with the one before it): once more
+            return self._fresh_child(item, settings)
+
+    def _fresh_child(self, item, settings) -> ChildHandle:
         zygote = self._zygote_for(item, settings, wait=True)
         if zygote.readiness.error:
             raise ZygoteError(f"{settings.baseline.label} could not be prepared: {zygote.readiness.error}")
@@ -160,10 +166,9 @@ class ZygotePool:
             self.modules.serving(key)
         try:
             send(child.channel, prepare_message(item, settings))
-        except OSError as exc:  # it was killed between its fork and its test: the test errors, saying so
+        except OSError:
             child.close()
-            raise ZygoteError(f"the child forked for this test (pid {child.pid}) was gone before it got the "
-                              f"test: {exc.strerror or exc}") from None
+            raise
         return child
 
     def prepare(self, item, settings) -> None:
