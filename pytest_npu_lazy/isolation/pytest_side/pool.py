@@ -148,7 +148,11 @@ class ZygotePool:
         try:
             return self._fresh_child(item, settings)
         except OSError:  # the child taken died before it got the test (killed with the one before it): once more
-            return self._fresh_child(item, settings)
+            try:
+                return self._fresh_child(item, settings)
+            except OSError as exc:
+                raise ZygoteError(f"two children forked for this test died before they got it: "
+                                  f"{exc.strerror or exc}") from None
 
     def _fresh_child(self, item, settings) -> ChildHandle:
         zygote = self._zygote_for(item, settings, wait=True)
