@@ -7,11 +7,13 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 from pathlib import Path
 
 import pytest
+from siblings import FIND_SIBLINGS
 
 pytestmark = pytest.mark.usefixtures("fake_heavy_package")
 
@@ -231,23 +233,11 @@ def test_children_forked_ahead_and_killed_by_a_test_are_replaced_not_lost(run_py
     pool finds them gone (socket hung up, SIGKILL pending, exiting, a zombie or reaped) and forks fresh ones: the
     next tests pass (they errored, "CRASHED with signal 9", in the killed children before). A kill the process has
     not yet acted on can still reach a test first; that test errors, naming the signal, and nothing is lost."""
-    pytester.makepyfile(test_siblings="""
+    pytester.makepyfile(test_siblings=textwrap.dedent("""
         import os, signal, time
         import pytest
 
         pytestmark = pytest.mark.npu_lazy(preload=[])
-
-        def siblings():
-            me, parent, found = os.getpid(), os.getppid(), []
-            for entry in os.listdir("/proc"):
-                if entry.isdigit() and int(entry) != me:
-                    try:
-                        with open(f"/proc/{entry}/stat") as stat:
-                            if int(stat.read().rsplit(")", 1)[1].split()[1]) == parent:
-                                found.append(int(entry))
-                    except OSError:
-                        pass
-            return found
 
         def test_1_kills_the_children_forked_ahead():
             for _ in range(300):
@@ -272,7 +262,7 @@ def test_children_forked_ahead_and_killed_by_a_test_are_replaced_not_lost(run_py
 
         def test_3_after():
             pass
-    """)
+    """) + FIND_SIBLINGS)
     run = run_pytest()
     assert "INTERNALERROR" not in run.text(), run.text()
     assert run.outcomes["test_siblings.py::test_1_kills_the_children_forked_ahead"] == "passed", run.text()

@@ -8,8 +8,10 @@ each test had when its child collected it alone (``--npu-lazy-module-zygotes=0``
 from __future__ import annotations
 
 import json
+import textwrap
 
 import pytest
+from siblings import FIND_SIBLINGS
 
 PER_TEST = "--npu-lazy-module-zygotes=0"
 
@@ -177,22 +179,10 @@ def test_a_module_zygote_forks_a_child_ahead_for_each_test_but_not_after_its_las
     """Where the order is known, the child forked ahead while a test runs serves the next test of the module;
     after the module's last test none is forked (it would be killed unused: a fork and a child's start, a module).
     Seen from the tests: the first finds a sibling waiting, the last finds none."""
-    pytester.makepyfile(test_ahead="""
+    pytester.makepyfile(test_ahead=textwrap.dedent("""
         import os, time, pytest
 
         pytestmark = pytest.mark.npu_lazy(preload=[])
-
-        def siblings():
-            me, parent, found = os.getpid(), os.getppid(), []
-            for entry in os.listdir("/proc"):
-                if entry.isdigit() and int(entry) != me:
-                    try:
-                        with open(f"/proc/{entry}/stat") as stat:
-                            if int(stat.read().rsplit(")", 1)[1].split()[1]) == parent:
-                                found.append(int(entry))
-                    except OSError:
-                        pass
-            return found
 
         def test_1_a_child_waits_for_the_next_test():
             for _ in range(300):
@@ -207,7 +197,7 @@ def test_a_module_zygote_forks_a_child_ahead_for_each_test_but_not_after_its_las
         def test_3_none_waits_after_the_last():
             time.sleep(0.3)  # a fork asked for now would have happened
             assert siblings() == [], "a child was forked ahead after the module's last test"
-    """)
+    """) + FIND_SIBLINGS)
     run = run_pytest()
     assert set(run.outcomes.values()) == {"passed"}, run.text()
 
