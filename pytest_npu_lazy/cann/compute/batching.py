@@ -40,6 +40,8 @@ import os
 import textwrap
 from dataclasses import dataclass
 
+from .host_kernels import storage_range
+
 #: run every launch program by program (``1``): the interpreter's own schedule, for comparison
 ONE_BY_ONE_ENV = "PYTEST_NPU_LAZY_PROGRAMS_ONE_BY_ONE"
 #: the most elements one block of a merged program may hold (XBLOCK * k times the kernel's other block sizes)
@@ -204,11 +206,7 @@ def plan(fn, parameters: list[str]) -> Plan:
 
 def _overlapping(tensors: list) -> bool:
     """Two different tensor arguments that share memory (the same tensor twice is the kernel's own business)."""
-    spans = []
-    for tensor in tensors:
-        storage = tensor.untyped_storage()
-        spans.append((storage.data_ptr(), storage.data_ptr() + storage.nbytes(), id(tensor)))
-    spans.sort()
+    spans = sorted((*storage_range(tensor), id(tensor)) for tensor in tensors)
     return any(b_start < a_end and a_id != b_id for (_, a_end, a_id), (b_start, _, b_id) in zip(spans, spans[1:]))
 
 

@@ -17,7 +17,7 @@ import ctypes
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from .host_kernels import storage_range
+from .host_kernels import nonempty_storage_ranges
 
 if TYPE_CHECKING:  # NumPy is imported where a load runs: the plugin loads this package, and its zygotes stay bare
     import numpy as np
@@ -31,8 +31,7 @@ _LAUNCHES: list[list[tuple[int, int]]] = []
 @contextlib.contextmanager
 def launch(tensors: list) -> Iterator[None]:
     """The argument storages of one launch, for the loads it makes."""
-    spans = [span for span in map(storage_range, tensors) if span[1] > span[0]]
-    _LAUNCHES.append(spans)
+    _LAUNCHES.append(nonempty_storage_ranges(tensors))
     try:
         yield
     finally:

@@ -104,6 +104,12 @@ def storage_range(tensor) -> tuple[int, int]:
     return storage.data_ptr(), storage.data_ptr() + storage.nbytes()
 
 
+def nonempty_storage_ranges(tensors) -> list[tuple[int, int]]:
+    """:func:`storage_range` of each tensor whose storage holds any bytes (an empty one spans nothing to load
+    from or overlap): a launch's argument memory, for the gathers and the sub-blocks' aliasing check."""
+    return [span for span in map(storage_range, tensors) if span[1] > span[0]]
+
+
 def _tensors(value):
     """Every tensor in ``value``: a tensor, or lists and tuples of them, nested."""
     import torch

@@ -57,7 +57,7 @@ import inspect
 import math
 import os
 
-from .host_kernels import storage_range
+from .host_kernels import nonempty_storage_ranges
 from .layouts import SUFFIX, Plan, plan_source
 
 #: run every kernel with the sub-blocks it was launched with (``1``)
@@ -137,7 +137,7 @@ def widths(executor, args: tuple, kwargs: dict) -> tuple[dict, str]:
 def _sharing_memory(tensors: list) -> bool:
     """Two tensor arguments over the same bytes, the same tensor passed twice included: one pointer's loads and
     stores are checked against each other, two pointers' never."""
-    spans = sorted(span for span in map(storage_range, tensors) if span[1] > span[0])
+    spans = sorted(nonempty_storage_ranges(tensors))
     return any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
 
 
