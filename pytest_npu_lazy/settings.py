@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from .shard import parse as parse_shard
 
 ISOLATE_CHOICES = ("marked", "all", "off")
 ISOLATION_MODES = ("fork", "spawn")
-MARKER_OPTIONS = ("preload", "isolation", "autoload", "timeout", "block", "track", "inductor_cache")
+MARKER_OPTIONS = ("preload", "isolation", "autoload", "timeout", "block", "track", "inductor_cache", "share_process")
 
 INI: dict[str, tuple[str, Any, Any]] = {
     # name: (help, type, default)
@@ -74,10 +74,11 @@ CANN_MODES = MODES  # the CANN package owns its modes
 
 MARKER_HELP = (
     "npu_lazy(preload=[...], isolation='fork'|'spawn', autoload=False, timeout=SECONDS, block=[...], "
-    "track=[...], inductor_cache='cold'|'empty'|'shared'): run this test in a clean interpreter forked "
-    "from a zygote that imported only `preload`; `timeout` 0 or None: no limit, whatever the run's; `block` "
-    "makes modules look absent; `track` counts calls of 'pkg.mod:function'; `inductor_cache`: the Inductor "
-    "cache it starts with."
+    "track=[...], inductor_cache='cold'|'empty'|'shared', share_process=True): run this test in a clean "
+    "interpreter forked from a zygote that imported only `preload`; `timeout` 0 or None: no limit, whatever the "
+    "run's; `block` makes modules look absent; `track` counts calls of 'pkg.mod:function'; `inductor_cache`: the "
+    "Inductor cache it starts with; `share_process`: after a passing test so marked, the next test of its module "
+    "so marked runs in the same child (a test that says nothing of what loads, e.g. compiled-against-eager)."
 )
 
 
@@ -128,6 +129,14 @@ class TestSettings:
     inductor_cache_dir: str | None = None
     #: npu_lazy.compile checks gradients unless a call says otherwise (ini npu_lazy_check_grad)
     check_grad: bool = False
+    #: the marker's share_process: once this test passes, its child may run the next such test of its module
+    #: (:mod:`.isolation.pytest_side.pool`); a child that ran any other test is never given another
+    share_process: bool = False
+
+    def sharing_key(self) -> "TestSettings":
+        """What two tests must have in common to run one after the other in one child: everything but the
+        per-test Inductor cache directory (each test of a shared child still starts with its own)."""
+        return replace(self, inductor_cache_dir=None)
 
     def to_dict(self) -> dict:
         """What an isolated child needs (it is isolated by definition): the inverse of :meth:`from_dict`."""
@@ -135,7 +144,7 @@ class TestSettings:
                 "block": list(self.block), "track": list(self.track), "preload_source": self.preload_source,
                 "watch": list(self.watch), "list_modules": self.list_modules,
                 "inductor_cache": self.inductor_cache, "inductor_cache_dir": self.inductor_cache_dir,
-                "check_grad": self.check_grad}
+                "check_grad": self.check_grad, "share_process": self.share_process}
 
     @classmethod
     def from_dict(cls, data: dict) -> "TestSettings":
@@ -143,7 +152,8 @@ class TestSettings:
                    timeout=data["timeout"], block=tuple(data["block"]), track=tuple(data["track"]),
                    preload_source=data["preload_source"], watch=tuple(data["watch"]),
                    list_modules=data["list_modules"], inductor_cache=data["inductor_cache"],
-                   inductor_cache_dir=data["inductor_cache_dir"], check_grad=data.get("check_grad", False))
+                   inductor_cache_dir=data["inductor_cache_dir"], check_grad=data.get("check_grad", False),
+                   share_process=data.get("share_process", False))
 
 
 #: the --help group every feature's options share (pytest keeps the description of the group's first maker)
@@ -429,6 +439,7 @@ class Resolver:
             watch=self.watch,
             list_modules=self.list_modules,
             check_grad=self.check_grad,
+            share_process=options.get("share_process", False),
         )
 
 
@@ -504,6 +515,10 @@ def _validated(key: str, value: Any) -> Any:
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise MarkerError(f"npu_lazy marker: inductor_cache={value!r} is not a policy.{hint} Choose one of "
                               f"{', '.join(map(repr, inductor_cache.POLICIES))}.")
+        return value
+    if key == "share_process":
+        if not isinstance(value, bool):
+            raise MarkerError(f"npu_lazy marker: share_process must be True or False, got {value!r}.")
         return value
     if key == "autoload":
         if not isinstance(value, bool):

@@ -25,7 +25,8 @@ module) speaks as a zygote does, and its children get :class:`Prepare` and
 pytest -> child      :class:`Prepare` (the launcher sends it), then :class:`RunTest` (the controller)
 child -> pytest      :class:`Files` (+n fds), :class:`Phase`, :class:`Report`, :class:`WarningRecorded`,
                      :class:`Terminal`, :class:`Junit`, :class:`NotRun`, :class:`InternalError`,
-                     :class:`Interrupted`, then :class:`Finished`
+                     :class:`Interrupted`, then :class:`Finished`; one kept for the next test
+                     (``Finished.kept``, the marker's ``share_process``) starts again at :class:`Files`
 
 Standard library only: this module is imported in zygotes and children too.
 """
@@ -220,9 +221,12 @@ class Interrupted:
 
 @dataclass(frozen=True)
 class Finished:
-    """Everything is sent and saved; the pytest process may go on."""
+    """Everything is sent and saved; the pytest process may go on. ``kept``: the test passed under
+    ``share_process``, and the child waits for the next such test of its module (its next messages are
+    :class:`Files`, then whatever the next :class:`Prepare` asks); the pytest process closes it when none comes."""
 
     KIND: ClassVar[str] = "finished"
+    kept: bool = False
 
 
 # One list per direction (the table above): an endpoint that dispatches by kind accepts, of its direction's

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import findings
 from ops import BROADCAST, FLOATS, INT_REDUCTIONS, POINTWISE, POSITIVE, REDUCTIONS, VIEWS
-from testutils import MARKS, SHAPE_OF, assert_equal_to_eager, compile_and_run, computed_by_the_compiled_call, generate_tensor
+from testutils import MARKS, SHARED, SHAPE_OF, assert_equal_to_eager, compile_and_run, computed_by_the_compiled_call, generate_tensor
 
 pytestmark = MARKS
 
@@ -41,6 +41,7 @@ def _compare(key: str, dtype: str, op, *inputs, **options) -> None:
                 "take it out of findings.known() and docs/npu-kernels.md", pytrace=False)
 
 
+@SHARED
 @pytest.mark.parametrize("name,dtype", [(name, dtype) for name, (_, dtypes, _) in POINTWISE.items()
                                         for dtype in dtypes])
 def test_pointwise(name, dtype):
@@ -49,6 +50,7 @@ def test_pointwise(name, dtype):
     _compare(f"pointwise:{name}", dtype, op, *inputs)
 
 
+@SHARED
 @pytest.mark.parametrize("dtype", FLOATS + ("int64",))
 @pytest.mark.parametrize("name", list(BROADCAST))
 def test_broadcast(name, dtype):
@@ -57,18 +59,21 @@ def test_broadcast(name, dtype):
     _compare(f"broadcast:{name}", dtype, op, generate_tensor(shape, dtype), generate_tensor(other_shape(shape), dtype))
 
 
+@SHARED
 @pytest.mark.parametrize("dtype", FLOATS + ("int64",))
 @pytest.mark.parametrize("name", list(VIEWS))
 def test_view(name, dtype):
     _compare(f"view:{name}", dtype, VIEWS[name], generate_tensor(SHAPE_OF[dtype], dtype))
 
 
+@SHARED
 @pytest.mark.parametrize("name,dtype", [(name, dtype) for name in REDUCTIONS for dtype in FLOATS]
                          + [(name, "int64") for name in INT_REDUCTIONS])
 def test_reduction(name, dtype):
     _compare(f"reduction:{name}", dtype, REDUCTIONS[name], generate_tensor(SHAPE_OF[dtype], dtype))
 
 
+@SHARED
 @pytest.mark.parametrize("layout", ["rows", "columns"])
 @pytest.mark.parametrize("name", ["amax", "amin", "argmax", "argmin", "max_dim", "min_dim"])
 def test_reduction_with_nan_and_ties(name, layout):
@@ -81,6 +86,7 @@ def test_reduction_with_nan_and_ties(name, layout):
     _compare(f"nan_and_ties:{name}", "float32", REDUCTIONS[name], x.npu(), equal_nan=True)
 
 
+@SHARED
 @pytest.mark.parametrize("dtype", ["float32", "int64"])
 def test_cumsum_of_a_scalar(dtype):
     """A 0-dim cumsum: torch_npu's lowering copies it (in int32 for integers, as for every integer cumsum)."""
@@ -90,6 +96,7 @@ def test_cumsum_of_a_scalar(dtype):
     _compare("cumsum_scalar", dtype, lambda t: t.cumsum(0), x)
 
 
+@SHARED
 @pytest.mark.parametrize("dtype", ["int64", "int32", "bool"])
 def test_an_integer_cumsum_with_an_explicit_dtype_keeps_it(dtype):
     """torch_npu's cumsum lowering makes integer and bool cumsums int32 off the Ascend 950 only when no dtype is
@@ -100,6 +107,7 @@ def test_an_integer_cumsum_with_an_explicit_dtype_keeps_it(dtype):
     _compare("cumsum_int64", dtype, lambda t: t.cumsum(-1, dtype=torch.int64), generate_tensor(SHAPE_OF[dtype], dtype))
 
 
+@SHARED
 def test_cumsum_of_booleans():
     _compare("cumsum_bool", "bool", lambda t: t.cumsum(-1), generate_tensor(SHAPE_OF["bool"], "bool"))
 
@@ -109,6 +117,7 @@ def test_cumsum_of_booleans():
 TORCH_NPU_TOLERANCE = {"rtol": 1e-3, "atol": 1e-3}
 
 
+@SHARED
 @pytest.mark.parametrize("name", ["add", "sub", "mul", "div", "exp", "expm1", "sigmoid", "broadcast_add"])
 def test_bfloat16_operators_with_torch_npus_tolerance(name):
     """A single bfloat16 operator rounds once in eager and in the kernel: the two agree within torch_npu's own
@@ -155,6 +164,7 @@ POW_CASES = {
 # triton-ascend refuses: "[fp8, fp64] is unsupported on Ascend", on a device as here)
 
 
+@SHARED
 @pytest.mark.parametrize("case", list(POW_CASES))
 def test_pow_branches(case):
     """Each branch's result equals eager, and the right thing computed it: a Triton kernel where torch_npu's lowering

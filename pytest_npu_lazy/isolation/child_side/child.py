@@ -68,6 +68,8 @@ class ChildRelay(CollectionObserver):
         self.config = config
         self.outputs = outputs
         self.state: probe.ProbeState | None = None  # known once the child is given its test
+        self.outcomes: list[str] = []  # of the current test's reports: a child is kept only after a clean pass
+        self.files: tuple[list[str], list[int]] = ([], [])  # what Files sends: again for each test of a kept child
 
     def bind(self, channel: Channel) -> None:
         """The child's own channel, for a relay its module zygote registered before forking it."""
@@ -93,6 +95,7 @@ class ChildRelay(CollectionObserver):
             if self.state is not None:
                 self.state.finish()
                 setattr(report, SUMMARY_ATTRIBUTE, self.state.summary().to_dict())
+        self.outcomes.append(report.outcome)
         data = self.config.hook.pytest_report_to_serializable(config=self.config, report=report)
         send(self.bound, messages.Report(data))
 
@@ -156,9 +159,18 @@ def become_test_process(channel: Channel, config: pytest.Config) -> ChildRelay:
     faulthandler.enable(stacks, all_threads=True)
     faulthandler.register(signal.SIGUSR1, stacks, all_threads=True)
     fds = [stacks, *private_capture(config)]
-    send(channel, messages.Files([name for name, fd in zip(FILE_NAMES, fds) if fd >= 0]),
-         fds=[fd for fd in fds if fd >= 0])
+    relay.files = ([name for name, fd in zip(FILE_NAMES, fds) if fd >= 0], [fd for fd in fds if fd >= 0])
+    send_files(relay)
     return relay
+
+
+def send_files(relay: ChildRelay) -> None:
+    """Hand the pytest process the files its crash report reads: at the start, and again for each next test of a
+    kept child (whose stack dump starts empty again; pytest empties its capture files at every phase itself)."""
+    names, fds = relay.files
+    if names and names[0] == "stacks":
+        os.ftruncate(fds[0], 0)
+    send(relay.bound, messages.Files(names), fds=fds)
 
 
 def unnamed_file() -> int:
@@ -206,9 +218,10 @@ class TestRun:
     """One isolated test inside the child process."""
 
     def __init__(self, relay: ChildRelay, settings: TestSettings, target: Target,
-                 state: probe.ProbeState | None = None) -> None:
+                 state: probe.ProbeState | None = None, earlier: int = 0) -> None:
         """``state``: the one a module zygote made when it collected the module (its collect phase and
-        imports become this test's own, as they were made for it); None makes a new one."""
+        imports become this test's own, as they were made for it); None makes a new one. ``earlier``: the
+        tests this child ran before this one (``share_process``), which its report names."""
         self.relay = relay
         self.channel = relay.bound  # become_test_process bound it
         self.config = relay.config
@@ -218,6 +231,10 @@ class TestRun:
         adopt_basetemp(self.config, target.basetemp)
         inductor_cache.apply(settings.inductor_cache, settings.inductor_cache_dir)
         self.state = probe.ProbeState.for_settings(settings, nodeid) if state is None else state.adopt(settings, nodeid)
+        if earlier:  # what it loads is what the earlier tests had not: the report says so where it names the baseline
+            self.state.baseline_label += (f"; its process ran {earlier} earlier test{'s' if earlier > 1 else ''} of "
+                                          "its module first (share_process)")
+        relay.outcomes = []
         self.state.listener = self._send_phase
         self.state.replay_phases()  # a module zygote's collect phase, told to the pytest process now
         set_title("child", nodeid)
@@ -279,13 +296,21 @@ class TestRun:
         finally:
             self.relay.outputs.sending = False
 
-    def finish(self) -> None:
-        """Save what must outlive the child, then tell the pytest process it may go on."""
+    def keepable(self) -> bool:
+        """Whether this child may run the next test of its module: the marker's ``share_process``, every report
+        of this test passed (a failure, an xfail or a skip may leave state behind), and the device, where the
+        emulation runs, not lost."""
+        return (self.settings.share_process and self.item is not None and len(self.relay.outcomes) == 3
+                and all(outcome == "passed" for outcome in self.relay.outcomes) and not device_lost())
+
+    def finish(self, kept: bool = False) -> None:
+        """Save what must outlive the child, then tell the pytest process it may go on (``kept``: and that this
+        child waits for the next test of its module)."""
         problem = save_coverage()
         if problem:
             self.relay.send_warning(warnings.WarningMessage(pytest.PytestWarning(problem), pytest.PytestWarning,
                                                             "", 0), nodeid=self.nodeid)
-        self._send_now(messages.Finished())
+        self._send_now(messages.Finished(kept))
 
     def _send_now(self, message) -> None:
         """A last word: sent with everything held before it, since the child may end right after."""
@@ -342,7 +367,7 @@ def serve_child(channel: Channel, session: pytest.Session) -> None:
     """
     relay = become_forked_child(channel, session.config)
 
-    def ready(settings: TestSettings, target: Target) -> tuple[TestRun, bool]:
+    def ready(settings: TestSettings, target: Target, earlier: int) -> tuple[TestRun, bool]:
         run = TestRun(relay, settings, target)
         return run, run.guarded(lambda: run.collect(session))
 
@@ -357,27 +382,54 @@ def become_forked_child(channel: Channel, config: pytest.Config) -> ChildRelay:
     return become_test_process(channel, config)
 
 
-def serve_test(channel: Channel, ready) -> None:
-    """A forked child's life once it is one: Prepare, ``ready(settings, target)`` -> (run, go on?), RunTest, run, report.
+def serve_test(channel: Channel, ready, shareable: bool = False) -> None:
+    """A forked child's life once it is one: Prepare, ``ready(settings, target, earlier)`` -> (run, go on?), RunTest,
+    run, report.
 
     A spare child usually gets Prepare while the test before it still runs,
     so readying is off the critical path; RunTest then starts at once.
+    ``shareable`` (a child of a module zygote): after a clean pass of a
+    ``share_process`` test it stays, for the next such test of its module,
+    until the pytest process closes its channel.
     """
-    try:
-        run, go_on = ready(*receive_prepare(channel))
+    earlier = 0
+    while True:
+        try:
+            run, go_on = ready(*receive_prepare(channel), earlier)
+            if go_on:
+                DEVICE_CALLS.sample_lines_once_needed()  # while it waits: a leaf process, no fork follows its thread
+            receive_run(channel, run.nodeid)
+        except ProtocolError as exc:
+            print(f"pytest-npu-lazy: a test child ends: {exc}", file=sys.stderr)
+            return
+        except ChannelClosed:
+            return  # a spare child that was never needed, or a kept one whose module has no next such test
         if go_on:
-            DEVICE_CALLS.sample_lines_once_needed()  # while it waits: a leaf process, no fork follows its thread
-        receive_run(channel, run.nodeid)
-    except ProtocolError as exc:
-        print(f"pytest-npu-lazy: a test child ends: {exc}", file=sys.stderr)
-        return
-    except ChannelClosed:
-        return  # a spare child that was never needed
-    if go_on:
-        run.guarded(run.execute)
-    run.finish()
-    sys.stdout.flush()
-    sys.stderr.flush()
+            go_on = run.guarded(run.execute)
+        kept = shareable and go_on and run.keepable()
+        run.finish(kept)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if not kept:
+            return
+        earlier += 1
+        try:
+            send_files(run.relay)
+        except OSError:
+            return
+
+
+def device_lost() -> bool:
+    """Whether the emulated NPU of this process is lost (a refused call): nothing may run on it after that.
+    False without the emulation, and on a real NPU (a test that breaks one fails, and its child is not kept)."""
+    import ctypes
+
+    try:
+        reason = ctypes.CDLL(None).npu_lazy_emulation_lost_reason
+    except AttributeError:
+        return False
+    reason.restype = ctypes.c_char_p
+    return bool(reason())
 
 
 class SpawnedSession:

@@ -33,8 +33,9 @@ def serve_collected_child(channel: Channel, session: pytest.Session, module) -> 
         for warning_message, when, nodeid, location in module.observer.warnings:
             relay.send_warning(warning_message, when, nodeid, location)
 
-    def ready(settings: TestSettings, target: Target) -> tuple[TestRun, bool]:
-        run = TestRun(relay, settings, target, state=module.state)
+    def ready(settings: TestSettings, target: Target, earlier: int) -> tuple[TestRun, bool]:
+        # the module's collection state is the first test's; a next test of a kept child starts a state of its own
+        run = TestRun(relay, settings, target, state=None if earlier else module.state, earlier=earlier)
         if module.problem is not None:
             run.not_run(module.problem, error=True)
             return run, True
@@ -47,4 +48,4 @@ def serve_collected_child(channel: Channel, session: pytest.Session, module) -> 
                 run.not_run(not_found(run.nodeid), error=True)
         return run, True
 
-    serve_test(channel, ready)
+    serve_test(channel, ready, shareable=True)

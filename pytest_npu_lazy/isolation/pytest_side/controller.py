@@ -71,6 +71,10 @@ class Launcher(Protocol):
     def release(self, item: pytest.Item, settings: TestSettings) -> None:
         """``item``'s child is done with, whatever its end: what was kept for it may go."""
 
+    def keep(self, item: pytest.Item, settings: TestSettings, child: Child) -> None:
+        """``item`` passed in ``child``, which waits for the next ``share_process`` test of its module: the
+        launcher hands it that test, or closes it."""
+
 
 class IsolationController:
     """Registered as a plugin in pytest_configure, so its hook runs before pytest-forked's."""
@@ -177,6 +181,7 @@ class ChildRun:
         self.child: Child | None = None
         self.internal_error: str | None = None  # a traceback of pytest-npu-lazy's own code in the child
         self.junit_extras: messages.Junit | None = None  # logged with the teardown report
+        self.kept = False  # the child passed the test and waits for the next of its module (share_process)
 
     @property
     def running(self) -> Child:
@@ -198,12 +203,17 @@ class ChildRun:
             prepare_next()
             self._relay()
         except BaseException:
+            self.kept = False
             kill_group(self.child.pgid, signal.SIGKILL)
             raise
         finally:
-            self.child.close()
             for fd in self.files.values():
                 os.close(fd)
+            if self.kept and self.internal_error is None and len(self.phases_reported) == 3 and all(
+                    outcome == "passed" for outcome in self.phases_reported.values()):
+                self.launcher.keep(self.item, self.settings, self.child)
+            else:
+                self.child.close()
 
     def _relay(self) -> None:
         deadline = None if self.settings.timeout is None else time.monotonic() + self.settings.timeout
@@ -260,6 +270,7 @@ class ChildRun:
         self.internal_error = message.text
 
     def on_finished(self, message: messages.Finished, fds) -> bool:
+        self.kept = message.kept
         return True
 
     def _log(self, report: TestReport) -> None:

@@ -42,6 +42,10 @@ class ZygotePool:
         self._zygotes: dict[Baseline, ZygoteHandle] = {}
         self._zygote_exits: dict[int, int] = {}
         self._prepared: dict[str, ChildHandle] = {}  # node id -> a child already collecting it
+        #: a child that passed a share_process test and waits for the next of its module: (module, what the two
+        #: tests' settings must share, the child); and what the share_process child running now would be kept as
+        self._kept: tuple[tuple, ChildHandle] | None = None
+        self._sharing: tuple | None = None
         self.root_restarts = 0
 
     def start_root(self) -> None:
@@ -138,6 +142,14 @@ class ZygotePool:
 
     def child(self, item, settings) -> ChildHandle:
         """A forked child that was sent ``item``'s Prepare (the Launcher contract of the controller)."""
+        child = self._child(item, settings)
+        self._sharing = _sharing(item, settings)
+        return child
+
+    def _child(self, item, settings) -> ChildHandle:
+        kept = self._take_kept(item, settings)
+        if kept is not None:
+            return kept
         prepared = self._prepared.pop(item.nodeid, None)
         if prepared is not None and not prepared.zygote.process.dead and not prepared.gone():
             if prepared.zygote.process.module_key is not None:
@@ -153,6 +165,39 @@ class ZygotePool:
             except OSError as exc:
                 raise ZygoteError(f"two children forked for this test died before they got it: "
                                   f"{exc.strerror or exc}") from None
+
+    def keep(self, item, settings, child) -> None:
+        """``item`` passed in ``child`` under share_process (the Launcher contract): it serves the next test of its
+        module with the same settings, if that comes next; any other test closes it (:meth:`_take_kept`)."""
+        self._sharing = None
+        sharing = _sharing(item, settings)
+        if self._kept is not None:
+            self._kept[1].close()
+        if sharing is None:
+            child.close()
+            return
+        self._kept = (sharing, child)
+
+    def _take_kept(self, item, settings) -> ChildHandle | None:
+        """The kept child, sent ``item``'s Prepare, where ``item`` may run in it (its module, the same settings,
+        share_process) and it is still alive; otherwise it is closed (it ends) and None."""
+        if self._kept is None:
+            return None
+        sharing, child = self._kept
+        self._kept = None
+        if sharing != _sharing(item, settings) or child.zygote.process.dead or child.gone():
+            child.close()
+            return None
+        try:
+            send(child.channel, prepare_message(item, settings))
+        except OSError:
+            child.close()
+            return None
+        prepared = self._prepared.pop(item.nodeid, None)
+        if prepared is not None:
+            prepared.close()
+        self.modules.serving(sharing[0])
+        return child
 
     def _fresh_child(self, item, settings) -> ChildHandle:
         zygote = self._zygote_for(item, settings, wait=True)
@@ -199,6 +244,8 @@ class ZygotePool:
     def _prepare_child(self, item, settings) -> None:
         if item.nodeid in self._prepared or self._ready_base(settings.baseline) is None:
             return
+        if self._sharing is not None and self._sharing == _sharing(item, settings):
+            return  # the running test's child is kept for it if it passes; if not, it forks its own then
         try:
             zygote = self._zygote_for(item, settings, wait=False)
             if not zygote.readiness.ready:
@@ -249,9 +296,15 @@ class ZygotePool:
                 return  # one import at a time
 
     def release(self, item, settings) -> None:
-        """``item``'s child is done (the Launcher contract): stop its module zygote if that was the last test."""
+        """``item``'s child is done (the Launcher contract): stop its module zygote if that was the last test, and
+        with it a child kept for a next test of the module, which none will ask for."""
+        self._sharing = None
         if self.modules.enabled:
-            self.modules.done_with(module_key(item, settings))
+            key = module_key(item, settings)
+            self.modules.done_with(key)
+            if self._kept is not None and key is not None and self._kept[0][0] == key and self.modules.peek(key) is None:
+                self._kept[1].close()
+                self._kept = None
 
     def _zygote_for(self, item, settings, wait: bool) -> ZygoteHandle:
         """The zygote to fork ``item``'s child from: its module zygote where one can serve, else its baseline's."""
@@ -285,6 +338,9 @@ class ZygotePool:
         return zygote
 
     def shutdown(self) -> None:
+        if self._kept is not None:
+            self._kept[1].close()
+            self._kept = None
         self.modules.shutdown()
         for child in self._prepared.values():
             child.close()
@@ -303,3 +359,11 @@ class ZygotePool:
             wait_or_kill(self.root_pid)
             self.root_pid = None
 
+
+def _sharing(item, settings) -> tuple | None:
+    """What a share_process test and the next must have in common to run in one child: the module (its module
+    zygote's key) and the settings but for the per-test Inductor cache directory. None: it shares with none."""
+    if not settings.share_process or settings.isolation != "fork":
+        return None
+    key = module_key(item, settings)
+    return None if key is None else (key, settings.sharing_key())

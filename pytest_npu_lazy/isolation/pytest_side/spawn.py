@@ -66,6 +66,10 @@ class SpawnLauncher:
     def release(self, item: pytest.Item, settings: TestSettings) -> None:
         """Nothing is kept for a spawned child."""
 
+    def keep(self, item: pytest.Item, settings: TestSettings, child) -> None:
+        """A spawned child runs one test (share_process is a module zygote's children's): it is closed."""
+        child.close()
+
     def child(self, item: pytest.Item, settings: TestSettings) -> SpawnedChild:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ, **self.extra_env)
