@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
 
 CHAIN = """
 import os, signal, sys, time, pytest
@@ -138,3 +140,32 @@ def test_no_kept_child_outlives_the_run(pytester, run_pytest, monkeypatch):
     alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and
              not open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"]
     assert not alive, f"children of the chain still running after the run: {alive}"
+
+
+LOSES_THE_DEVICE = """
+import os, pytest
+pytestmark = [pytest.mark.requires_npu(emulated=True), pytest.mark.npu_lazy(preload=["torch"], share_process=True)]
+
+def test_a_passes_after_a_refused_kernel_lost_the_device():
+    import torch, torch_npu
+    print("PID a", os.getpid())
+    with pytest.raises(RuntimeError, match="emulated NPU"):
+        (torch.tensor([1., 2.]).to("npu") * 2).cpu()
+
+def test_b_the_next_test_starts_on_a_working_device():
+    import torch, torch_npu
+    print("PID b", os.getpid())
+    host = torch.tensor([1., 2.])
+    assert torch.equal(host.to("npu").cpu(), host)
+    torch.npu.synchronize()
+"""
+
+
+@pytest.mark.needs("torch", "torch_npu")
+def test_a_child_whose_emulated_npu_is_lost_is_not_kept_though_its_test_passed(run_pytest, pytester,
+                                                                                  without_inherited_stub):
+    pytester.makepyfile(test_kernels=LOSES_THE_DEVICE)
+    run = run_pytest("--npu-lazy-cann=emulate", "-s")
+    assert set(run.outcomes.values()) == {"passed"} and len(run.outcomes) == 2, run.text()
+    pids = dict(line.split()[1:] for line in run.result.stdout.lines if line.startswith("PID "))
+    assert pids["a"] != pids["b"], f"b ran in the process whose device a lost: {run.text()}"
