@@ -57,6 +57,8 @@ INI: dict[str, tuple[str, Any, Any]] = {
                                 "selection (default: *.md, *.rst, docs/*)", "linelist", ["*.md", "*.rst", "docs/*"]),
     "npu_lazy_check_grad": ("npu_lazy.compile also checks gradients against eager where a compiled output requires "
                             "grad, unless a call says check_grad=False (default: false)", "bool", False),
+    "npu_lazy_share_process": ("the marker's share_process for every isolated test that does not set it: after a "
+                               "pass, the module's next test runs in the same child (default: false)", "bool", False),
     "npu_lazy_inductor_cache": ("the Inductor cache each isolated test starts with: cold (default: every graph "
                                 "lookup misses, kernels cached for this run), empty (an empty cache per test) or "
                                 "shared (the environment's)", "string", inductor_cache.DEFAULT),
@@ -194,7 +196,7 @@ def add_isolation_options(parser: pytest.Parser) -> None:
                          f"user's process has it); env {ENV['inductor_cache']}")
     _add_ini(parser, ("npu_lazy_isolate", "npu_lazy_isolation", "npu_lazy_preload", "npu_lazy_autoload",
                       "npu_lazy_timeout", "npu_lazy_module_zygotes", "npu_lazy_module_zygote_memory",
-                      "npu_lazy_inductor_cache"))
+                      "npu_lazy_inductor_cache", "npu_lazy_share_process"))
 
 
 def add_cann_options(parser: pytest.Parser) -> None:
@@ -345,6 +347,7 @@ class Resolver:
                                            config.getini("npu_lazy_module_zygote_memory"))
         self.watch = tuple(config.getini("npu_lazy_watch"))
         self.check_grad = bool(_ini_bool(config, "npu_lazy_check_grad"))
+        self.share_process = bool(_ini_bool(config, "npu_lazy_share_process"))
         self.list_modules = list_modules
         try:
             self.budget_growth = parse_growth(config.getini("npu_lazy_budget_growth"))
@@ -439,7 +442,7 @@ class Resolver:
             watch=self.watch,
             list_modules=self.list_modules,
             check_grad=self.check_grad,
-            share_process=options.get("share_process", False),
+            share_process=options.get("share_process", self.share_process),
         )
 
 

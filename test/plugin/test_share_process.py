@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -167,5 +168,39 @@ def test_a_child_whose_emulated_npu_is_lost_is_not_kept_though_its_test_passed(r
     pytester.makepyfile(test_kernels=LOSES_THE_DEVICE)
     run = run_pytest("--npu-lazy-cann=emulate", "-s")
     assert set(run.outcomes.values()) == {"passed"} and len(run.outcomes) == 2, run.text()
-    pids = dict(line.split()[1:] for line in run.result.stdout.lines if line.startswith("PID "))
+    pids = dict(re.findall(r"PID (\w) (\d+)", run.result.stdout.str()))
     assert pids["a"] != pids["b"], f"b ran in the process whose device a lost: {run.text()}"
+
+
+UNMARKED = """
+import os, pytest
+
+@pytest.mark.npu_lazy(preload=[])
+def test_a():
+    print("PID a", os.getpid())
+
+@pytest.mark.npu_lazy(preload=[])
+def test_b():
+    print("PID b", os.getpid())
+
+@pytest.mark.npu_lazy(preload=[], share_process=False)
+def test_c():
+    print("PID c", os.getpid())
+"""
+
+
+@pytest.mark.parametrize("ini", [None, "true"])
+def test_the_ini_shares_every_test_whose_marker_does_not_say(pytester, run_pytest, ini):
+    pytester.makepyfile(test_unmarked=UNMARKED)
+    run = run_pytest("-s", *(["-o", f"npu_lazy_share_process={ini}"] if ini else []))
+    assert set(run.outcomes.values()) == {"passed"}, run.text()
+    pids = dict(re.findall(r"PID (\w) (\d+)", run.result.stdout.str()))
+    assert (pids["a"] == pids["b"]) == (ini == "true"), pids
+    assert pids["c"] not in (pids["a"], pids["b"]), pids
+
+
+def test_a_share_process_that_is_not_a_bool_is_refused(pytester, run_pytest):
+    pytester.makepyfile(test_bad="import pytest\n\n@pytest.mark.npu_lazy(share_process='yes')\ndef test_x():\n    pass\n")
+    run = run_pytest()
+    assert run.outcomes == {"test_bad.py::test_x": "error"}, run.text()
+    assert "npu_lazy marker: share_process must be True or False, got 'yes'." in run.text()
