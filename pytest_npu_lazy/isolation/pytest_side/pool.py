@@ -143,7 +143,8 @@ class ZygotePool:
     def child(self, item, settings) -> ChildHandle:
         """A forked child that was sent ``item``'s Prepare (the Launcher contract of the controller)."""
         child = self._child(item, settings)
-        self._sharing = _sharing(item, settings)
+        # only a module zygote's child may be kept (serve_collected_child): for it, no spare is forked ahead
+        self._sharing = _sharing(item, settings) if child.zygote.process.module_key is not None else None
         return child
 
     def _child(self, item, settings) -> ChildHandle:
