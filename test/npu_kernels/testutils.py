@@ -18,7 +18,7 @@ MARKS = [pytest.mark.npu_lazy(preload=["torch", "torch_npu", "torch._dynamo", "t
 #: for a test that compiles, runs and compares and changes nothing a next compile reads (no switch set in the
 #: environment, which torch_npu reads once, at its import): once it passes, the next such test of its module runs in
 #: the same child, as torch_npu's own op tests run in one process, without paying again for importing the NPU Inductor
-#: backend and Inductor's first compile (about 1.3 s of a test's 1.5 s on 2 cores). Its report says so
+#: backend and Inductor's first compile (about 1.5 s of a test's 1.8 s on 2 cores). Its report says so
 SHARED = pytest.mark.npu_lazy(share_process=True)
 
 FLOATS = ("float32", "float16", "bfloat16")
