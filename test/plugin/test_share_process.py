@@ -204,3 +204,30 @@ def test_a_share_process_that_is_not_a_bool_is_refused(pytester, run_pytest):
     run = run_pytest()
     assert run.outcomes == {"test_bad.py::test_x": "error"}, run.text()
     assert "npu_lazy marker: share_process must be True or False, got 'yes'." in run.text()
+
+
+def test_a_change_that_selects_a_test_selects_the_tests_its_shared_child_ran_after_it(pytester, run_pytest):
+    """The selection map gives the tests of one kept child one process and a rising order, as an in-process run's:
+    a change in what only the first test ran selects the tests after it in that process too (they ran on its state)."""
+    import subprocess
+
+    pytester.mkpydir("pkg").joinpath("__init__.py").write_text("def f():\n    return 1\n\n\ndef g():\n    return 2\n")
+    pytester.makepyfile(test_m=("import pytest, pkg\npytestmark = pytest.mark.npu_lazy(preload=[], share_process=True)\n"
+                                "def test_a(): assert pkg.f() == 1\ndef test_b(): assert pkg.g() == 2\n"
+                                "def test_c(): pass\n"))
+    pytester.makeini("[pytest]\nnpu_lazy_map_packages = pkg\n")
+    for command in (["init", "-q"], ["add", "-A"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "x"]):
+        subprocess.run(["git", *command], cwd=pytester.path, check=True, capture_output=True)
+    taken = run_pytest("-p", "npu_lazy", "--npu-lazy-take-map")
+    assert set(taken.outcomes.values()) == {"passed"}, taken.text()
+    tests = json.loads((pytester.path / ".npu-lazy-map.json").read_text())["tests"]
+    assert len({tests[f"test_m.py::test_{name}"]["process"] for name in "abc"}) == 1, tests
+    assert [tests[f"test_m.py::test_{name}"]["order"] for name in "abc"] == sorted(
+        tests[f"test_m.py::test_{name}"]["order"] for name in "abc"), tests
+    pkg = pytester.path / "pkg" / "__init__.py"
+    pkg.write_text(pkg.read_text().replace("return 1", "return 1  # changed"))
+    selected = run_pytest("-p", "npu_lazy", "--npu-lazy-changed=HEAD")
+    assert sorted(selected.outcomes) == ["test_m.py::test_a", "test_m.py::test_b", "test_m.py::test_c"], selected.text()
+    pkg.write_text(pkg.read_text().replace("return 1  # changed", "return 1").replace("return 2", "return 2  # changed"))
+    selected = run_pytest("-p", "npu_lazy", "--npu-lazy-changed=HEAD")
+    assert sorted(selected.outcomes) == ["test_m.py::test_b", "test_m.py::test_c"], selected.text()
