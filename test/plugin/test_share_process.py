@@ -23,7 +23,7 @@ SEEN = []
 def record(name):
     SEEN.append(name)
     print(f"{name} ran in {os.getpid()} after {SEEN[:-1]}")
-    with open(os.path.join(os.environ["CHAIN_LOG"]), "a") as log:
+    with open(os.environ["CHAIN_LOG"], "a") as log:
         log.write(f"{name} {os.getpid()} {','.join(SEEN)} {os.environ.get('TORCH_COMPILE_CACHE_KEY_TAG', '')}\\n")
 
 def test_a():

@@ -65,10 +65,11 @@ class DeviceLost(RuntimeError):
 
 
 def _lost_reason_function():
+    """The emulation's C function, or None where no emulation is loaded (yet: torch_npu loads it)."""
     try:
         function = ctypes.PyDLL(None).npu_lazy_emulation_lost_reason
-    except AttributeError:  # an emulation built before the compute mode: the cache key changes with the C
-        return lambda: b""
+    except AttributeError:
+        return None
     function.restype, function.argtypes = ctypes.c_char_p, []
     return function
 
@@ -77,11 +78,13 @@ _lost_reason = None
 
 
 def lost_reason() -> str:
-    """The emulation's first refusal once the device is lost, else ''."""
+    """The emulation's first refusal once the device is lost, else '' (also without an emulation loaded). The
+    function is kept once found, and looked up again until then: a process asked before torch_npu loaded it (a
+    shared test child, say) still learns of a loss after."""
     global _lost_reason
     if _lost_reason is None:
         _lost_reason = _lost_reason_function()
-    return (_lost_reason() or b"").decode(errors="replace")
+    return (_lost_reason() or b"").decode(errors="replace") if _lost_reason is not None else ""
 
 
 def host_alias(tensor):

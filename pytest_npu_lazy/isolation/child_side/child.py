@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from ... import role
+from ...cann.compute.host_kernels import lost_reason
 from ...errors import NpuLazyError
 from ...forks.channel import Channel, ChannelClosed, ProtocolError, send
 from ...forks.processes import set_title
@@ -422,14 +423,7 @@ def serve_test(channel: Channel, ready, shareable: bool = False) -> None:
 def device_lost() -> bool:
     """Whether the emulated NPU of this process is lost (a refused call): nothing may run on it after that.
     False without the emulation, and on a real NPU (a test that breaks one fails, and its child is not kept)."""
-    import ctypes
-
-    try:
-        reason = ctypes.CDLL(None).npu_lazy_emulation_lost_reason
-    except AttributeError:
-        return False
-    reason.restype = ctypes.c_char_p
-    return bool(reason())
+    return bool(lost_reason())
 
 
 class SpawnedSession:
